@@ -1,0 +1,40 @@
+// The CPU emulator: executes a schedule's per-SM queues with the counter rules the GPU uses.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "device/memory.hpp"
+#include "schedules/schedule.hpp"
+
+namespace mk::device {
+
+struct DeadlockError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class Order {
+  deterministic,  // sweep the SMs round-robin, running each head instruction whose waits are met
+  shuffled,       // pick a random SM whose head can run, to shake out missing edges
+};
+
+class Emulator {
+ public:
+  explicit Emulator(const schedule::Schedule& s) : s_(s), counters_(s.counter_count, 0) {}
+
+  // Runs one decode step. A wait is met when counter >= target * ctx.generation; counters are
+  // never reset between steps, as on the GPU. Throws DeadlockError naming every blocked SM's
+  // head instruction and its unmet wait when no queue can move.
+  void run_step(const schedule::StepContext& ctx, const TensorTable& mem, Order order = Order::deterministic,
+                uint64_t seed = 0);
+  void reset_counters() { counters_.assign(counters_.size(), 0); }
+
+ private:
+  bool ready(const schedule::Instruction&, uint32_t generation) const;
+  void execute(const schedule::Instruction&, const schedule::StepContext&, const TensorTable&);
+
+  const schedule::Schedule& s_;
+  std::vector<uint32_t> counters_;
+};
+
+}  // namespace mk::device

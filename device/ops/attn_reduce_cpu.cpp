@@ -1,0 +1,27 @@
+#include <cmath>
+
+#include "device/ops/cpu_ops.hpp"
+
+namespace mk::device {
+
+void cpu_run(const schedule::AttnReducePayload& p, const schedule::StepContext&, const TensorTable& mem) {
+  const float* in = mem.at<const float>(p.in);
+  float* out = mem.at<float>(p.out);
+  const uint32_t hd = p.head_dim, S = p.kv_splits;
+  for (uint32_t h = p.head_begin; h < p.head_end; ++h) {
+    const uint32_t g = h / p.rep, r = h % p.rep;
+    auto part = [&](uint32_t s) { return in + ((uint64_t{g} * S + s) * p.rep + r) * (hd + 2); };
+    float m = -INFINITY;
+    for (uint32_t s = 0; s < S; ++s) m = std::max(m, part(s)[hd]);
+    float l = 0;
+    for (uint32_t s = 0; s < S; ++s) l += part(s)[hd + 1] == 0 ? 0 : std::exp(part(s)[hd] - m) * part(s)[hd + 1];
+    for (uint32_t i = 0; i < hd; ++i) {
+      float acc = 0;
+      for (uint32_t s = 0; s < S; ++s)
+        if (part(s)[hd + 1] != 0) acc += std::exp(part(s)[hd] - m) * part(s)[i];
+      out[uint64_t{h} * hd + i] = acc / l;
+    }
+  }
+}
+
+}  // namespace mk::device

@@ -1,0 +1,61 @@
+// Backends that run a schedule's decode steps on real weights, and the generation loop.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device/emulator.hpp"
+#include "device/weights.hpp"
+#include "schedules/schedule.hpp"
+
+namespace mk::device {
+
+struct RuntimeOptions {
+  uint32_t max_context = 2048;                // KV-cache capacity in positions
+  Order order = Order::deterministic;         // emulator only
+  uint64_t seed = 0;                          // emulator shuffled order
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Decodes `token` at position `pos` (positions run 0, 1, 2, ... from a fresh backend).
+  virtual void step(uint32_t token, uint32_t pos) = 0;
+  virtual std::vector<float> logits() = 0;  // of the last step
+  virtual int32_t next_token() = 0;         // the greedy token of the last step
+};
+
+// The schedule and checkpoint must outlive the backend. Weights are checked first.
+std::unique_ptr<Backend> make_emulator_backend(const schedule::Schedule&, const Checkpoint&, const RuntimeOptions&);
+#if MK_HAVE_CUDA
+// Throws if there is no usable GPU or the schedule was planned for another SM count.
+std::unique_ptr<Backend> make_cuda_backend(const schedule::Schedule&, const Checkpoint&, const RuntimeOptions&);
+#endif
+bool cuda_available();  // a GPU is present and this build has the CUDA interpreter
+
+struct GenerateOptions {
+  std::vector<int32_t> prompt;  // at least one token
+  uint32_t tokens = 16;         // greedy tokens to produce
+  bool keep_logits = false;     // every step's logits, prompt steps included
+  // Called after each step: (steps done, steps in all, token produced by that step).
+  std::function<void(uint32_t, uint32_t, int32_t)> on_step;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;            // the greedy continuation
+  std::vector<std::vector<float>> logits; // per step, when kept
+  uint32_t steps = 0;
+  double seconds = 0;                     // wall time of all steps
+};
+
+// Prefill as decode steps over the prompt, then greedy decoding. Checks the prompt ids against
+// the vocabulary and the step count against the context before the first step.
+GenerateResult generate(Backend&, const schedule::Schedule&, const GenerateOptions&, uint32_t max_context);
+
+// Writes a float32 .npy array [rows, cols] (rows of equal length).
+void write_npy(const std::string& path, const std::vector<std::vector<float>>& rows);
+
+}  // namespace mk::device

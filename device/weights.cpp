@@ -1,0 +1,446 @@
+#include "device/weights.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "device/bf16.hpp"
+#include "schedules/schedule.hpp"
+
+namespace mk::device {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// A read-only mapping of one whole file; unmapped when the checkpoint goes away.
+struct MappedFile {
+  fs::path file;
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  MappedFile() = default;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile() {
+    if (data) munmap(const_cast<uint8_t*>(data), size);
+  }
+};
+
+}  // namespace
+
+// The private name the header declares; the helpers below work on the base.
+struct Checkpoint::Mapping : MappedFile {};
+
+namespace {
+
+template <class... Args>
+[[noreturn]] void fail(const fs::path& file, Args&&... args) {
+  std::ostringstream s;
+  s << file.string() << ": ";
+  (s << ... << args);
+  throw WeightError(s.str());
+}
+
+template <class T>
+std::string shape_string(const std::vector<T>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Bytes per element of every dtype the safetensors format defines; 0 when unknown.
+uint64_t safetensors_dtype_bytes(const std::string& dtype) {
+  static const std::map<std::string, uint64_t> sizes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I16", 2}, {"U16", 2},
+      {"F16", 2},  {"BF16", 2}, {"I32", 4}, {"U32", 4},     {"F32", 4},     {"I64", 8}, {"U64", 8},
+      {"F64", 8}};
+  auto it = sizes.find(dtype);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+uint64_t read_u64_le(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+void map_file(const fs::path& file, MappedFile& m) {
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(file, "cannot open: ", std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(file, "not a regular file");
+  }
+  m.file = file;
+  m.size = static_cast<size_t>(st.st_size);
+  if (m.size > 0) {  // mmap refuses length 0; an empty file is rejected by the parser anyway
+    void* p = mmap(nullptr, m.size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int err = errno;
+      ::close(fd);
+      fail(file, "cannot map: ", std::strerror(err));
+    }
+    m.data = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);  // the mapping stays valid without the descriptor
+}
+
+// Reads a JSON array of non-negative integers; false (the caller reports it) on anything else.
+bool get_u64_array(const json& j, std::vector<uint64_t>& out) {
+  if (!j.is_array()) return false;
+  out.clear();
+  for (const json& v : j) {
+    if (!v.is_number_unsigned()) return false;
+    out.push_back(v.get<uint64_t>());
+  }
+  return true;
+}
+
+// Element count of a shape; false when it overflows 64 bits (a hostile header).
+bool checked_elements(const std::vector<uint64_t>& shape, uint64_t& n) {
+  n = 1;
+  for (uint64_t d : shape)
+    if (__builtin_mul_overflow(n, d, &n)) return false;
+  return true;
+}
+
+// One header entry: type-checks the fields and checks the byte range against dtype x shape.
+CheckpointTensor parse_entry(const fs::path& file, const std::string& key, const json& entry,
+                             const uint8_t* data, uint64_t data_size) {
+  if (!entry.is_object()) fail(file, "tensor '", key, "': expected an object, found ", entry.type_name());
+  auto field = [&](const char* name) -> const json& {
+    auto it = entry.find(name);
+    if (it == entry.end()) fail(file, "tensor '", key, "': missing field '", name, "'");
+    return *it;
+  };
+  CheckpointTensor t;
+  t.key = key;
+  t.file = file;
+  const json& dtype = field("dtype");
+  if (!dtype.is_string()) fail(file, "tensor '", key, "': dtype must be a string, found ", dtype.type_name());
+  t.dtype = dtype.get<std::string>();
+  const uint64_t elem_bytes = safetensors_dtype_bytes(t.dtype);
+  if (elem_bytes == 0)
+    fail(file, "tensor '", key, "': unknown dtype '", t.dtype, "' (expected BF16, F16, F32, F64, I8..I64, U8..U64, BOOL, F8_E4M3 or F8_E5M2)");
+  if (!get_u64_array(field("shape"), t.shape))
+    fail(file, "tensor '", key, "': shape must be an array of non-negative integers, found ", field("shape").dump());
+  std::vector<uint64_t> off;
+  if (!get_u64_array(field("data_offsets"), off) || off.size() != 2)
+    fail(file, "tensor '", key, "': data_offsets must be two non-negative integers [begin, end], found ",
+         field("data_offsets").dump());
+  const std::string offs = "data_offsets [" + std::to_string(off[0]) + ", " + std::to_string(off[1]) + "]";
+  if (off[0] > off[1]) fail(file, "tensor '", key, "': ", offs, " end before begin");
+  if (off[1] > data_size)
+    fail(file, "tensor '", key, "': ", offs, " outside the data area of ", data_size, " bytes (file truncated?)");
+  uint64_t n = 0, need = 0;
+  const bool fits = checked_elements(t.shape, n) && !__builtin_mul_overflow(n, elem_bytes, &need);
+  if (!fits || need != off[1] - off[0])
+    fail(file, "tensor '", key, "': ", offs, " give ", off[1] - off[0], " bytes but ", t.dtype, " ",
+         shape_string(t.shape), " needs ", fits ? std::to_string(need) : std::string("more than 2^64"));
+  t.bytes = {data + off[0], static_cast<size_t>(off[1] - off[0])};
+  return t;
+}
+
+// Rejects two tensors sharing bytes: writers never do that, so it means a corrupt header.
+void check_no_overlap(const fs::path& file, std::vector<CheckpointTensor>& ts) {
+  std::sort(ts.begin(), ts.end(), [](const auto& a, const auto& b) { return a.bytes.data() < b.bytes.data(); });
+  for (size_t i = 1; i < ts.size(); ++i) {
+    const auto& prev = ts[i - 1];
+    const auto& cur = ts[i];
+    if (prev.bytes.empty() || cur.bytes.empty()) continue;
+    if (cur.bytes.data() < prev.bytes.data() + prev.bytes.size())
+      fail(file, "tensors '", prev.key, "' and '", cur.key, "' overlap in the data area");
+  }
+}
+
+std::vector<CheckpointTensor> parse_safetensors(const MappedFile& m) {
+  const fs::path& file = m.file;
+  if (m.size < 8) fail(file, "file is ", m.size, " bytes, shorter than the 8-byte header length");
+  const uint64_t n = read_u64_le(m.data);
+  if (n > m.size - 8)
+    fail(file, "header length ", n, " exceeds the ", m.size - 8, " bytes after the length field (file truncated?)");
+  json header;
+  try {
+    header = json::parse(m.data + 8, m.data + 8 + n);
+  } catch (const json::exception& e) {
+    fail(file, "bad JSON header: ", e.what());
+  }
+  if (!header.is_object()) fail(file, "JSON header must be an object, found ", header.type_name());
+  const uint8_t* data = m.data + 8 + n;
+  const uint64_t data_size = m.size - 8 - n;
+  std::vector<CheckpointTensor> out;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      if (!it->is_object()) fail(file, "__metadata__ must be an object, found ", it->type_name());
+      continue;
+    }
+    out.push_back(parse_entry(file, it.key(), *it, data, data_size));
+  }
+  check_no_overlap(file, out);
+  return out;
+}
+
+json read_json_file(const fs::path& file) {
+  std::ifstream f(file, std::ios::binary);
+  if (!f) fail(file, "cannot open");
+  try {
+    return json::parse(f);
+  } catch (const json::exception& e) {
+    fail(file, "bad JSON: ", e.what());
+  }
+}
+
+// shard file name -> keys the index puts there
+std::map<std::string, std::vector<std::string>> read_index(const fs::path& index) {
+  const json j = read_json_file(index);
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    fail(index, "expected an object with a \"weight_map\" object (key -> shard file name)");
+  std::map<std::string, std::vector<std::string>> shards;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it->is_string() || it->get<std::string>().empty())
+      fail(index, "weight_map: key '", it.key(), "' must map to a shard file name, found ", it->dump());
+    shards[it->get<std::string>()].push_back(it.key());
+  }
+  return shards;
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  float v;
+  if (exp == 0)
+    v = std::ldexp(static_cast<float>(mant), -24);  // zero or subnormal
+  else if (exp == 31)
+    v = mant ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  else
+    v = std::ldexp(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
+  return sign ? -v : v;
+}
+
+// Raw little-endian loads: the data area has no alignment guarantee.
+uint16_t load_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+uint32_t load_u32(const uint8_t* p) {
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+
+}  // namespace
+
+Checkpoint::Checkpoint() = default;
+Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
+Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
+Checkpoint::~Checkpoint() = default;
+
+Checkpoint Checkpoint::open(const fs::path& path) {
+  Checkpoint c;
+  c.root_ = path;
+  // Maps and parses one file, adding its tensors; returns the keys it held.
+  auto add_file = [&](const fs::path& file) {
+    c.maps_.push_back(std::make_unique<Mapping>());
+    map_file(file, *c.maps_.back());
+    std::set<std::string> keys;
+    for (CheckpointTensor& t : parse_safetensors(*c.maps_.back())) {
+      if (auto old = c.tensors_.find(t.key); old != c.tensors_.end())
+        fail(file, "tensor '", t.key, "' is also in ", old->second.file.string());
+      keys.insert(t.key);
+      c.tensors_.emplace(t.key, std::move(t));
+    }
+    return keys;
+  };
+
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) {
+    add_file(path);
+  } else if (fs::is_directory(path, ec)) {
+    const fs::path index = path / "model.safetensors.index.json";
+    const fs::path single = path / "model.safetensors";
+    if (fs::exists(index, ec)) {
+      for (const auto& [shard, keys] : read_index(index)) {
+        const fs::path file = path / shard;
+        if (!fs::is_regular_file(file, ec))
+          fail(index, "shard '", shard, "' (holding '", keys.front(), "') not found: ", file.string());
+        const std::set<std::string> present = add_file(file);
+        for (const std::string& k : keys)
+          if (!present.count(k)) fail(index, "key '", k, "' is mapped to shard '", shard, "' but that file lacks it");
+      }
+    } else if (fs::exists(single, ec)) {
+      add_file(single);
+    } else {
+      fail(path, "folder has neither model.safetensors.index.json nor model.safetensors");
+    }
+  } else {
+    fail(path, "no such file or folder");
+  }
+  return c;
+}
+
+const CheckpointTensor* Checkpoint::find(const std::string& key) const {
+  auto it = tensors_.find(key);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+std::vector<float> Checkpoint::to_float(const std::string& key) const {
+  const CheckpointTensor* t = find(key);
+  if (!t) fail(root_, "missing key '", key, "'");
+  const uint8_t* p = t->bytes.data();
+  std::vector<float> out;
+  if (t->dtype == "BF16" || t->dtype == "F16") {
+    out.resize(t->bytes.size() / 2);
+    const bool bf = t->dtype == "BF16";
+    for (size_t i = 0; i < out.size(); ++i) out[i] = bf ? bf16_to_f32(load_u16(p + 2 * i)) : f16_to_f32(load_u16(p + 2 * i));
+  } else if (t->dtype == "F32") {
+    out.resize(t->bytes.size() / 4);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = std::bit_cast<float>(load_u32(p + 4 * i));
+  } else {
+    fail(t->file, "tensor '", key, "': cannot convert ", t->dtype, " to float (BF16, F16 and F32 only)");
+  }
+  return out;
+}
+
+void check_weights(const schedule::Schedule& s, const Checkpoint& ckpt) {
+  for (const schedule::Tensor& st : s.tensors) {
+    if (st.role != schedule::Role::weight) continue;
+    const std::string expected = "BF16 " + shape_string(st.shape);
+    if (st.key.empty()) fail(ckpt.path(), "schedule tensor '", st.name, "' has no safetensors key");
+    const CheckpointTensor* t = ckpt.find(st.key);
+    if (!t)
+      fail(ckpt.path(), "missing key '", st.key, "' (schedule tensor '", st.name, "', expected ", expected, ")");
+    const bool same_shape = std::equal(t->shape.begin(), t->shape.end(), st.shape.begin(), st.shape.end(),
+                                       [](uint64_t a, uint32_t b) { return a == b; });
+    if (t->dtype != "BF16" || !same_shape)
+      fail(t->file, "key '", st.key, "' (schedule tensor '", st.name, "') is ", t->dtype, " ",
+           shape_string(t->shape), ", expected ", expected);
+  }
+}
+
+void write_safetensors(const fs::path& file, const std::vector<NewTensor>& tensors) {
+  json header = json::object();  // nlohmann objects are std::map: keys come out sorted
+  uint64_t offset = 0;
+  for (const NewTensor& t : tensors) {
+    uint64_t n = 0;
+    if (t.key.empty() || t.key == "__metadata__") fail(file, "invalid tensor key '", t.key, "'");
+    if (header.contains(t.key)) fail(file, "tensor '", t.key, "' given twice");
+    if (!checked_elements(t.shape, n) || n != t.bf16.size())
+      fail(file, "tensor '", t.key, "': shape ", shape_string(t.shape), " does not match ", t.bf16.size(), " values");
+    header[t.key] = {{"dtype", "BF16"}, {"shape", t.shape}, {"data_offsets", {offset, offset + 2 * n}}};
+    offset += 2 * n;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data area 8-byte aligned
+
+  const fs::path tmp = file.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) fail(tmp, "cannot create");
+    uint8_t len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(uint64_t{text.size()} >> (8 * i));
+    f.write(reinterpret_cast<const char*>(len), 8);
+    f.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const NewTensor& t : tensors) {
+      if constexpr (std::endian::native == std::endian::little) {
+        f.write(reinterpret_cast<const char*>(t.bf16.data()), static_cast<std::streamsize>(2 * t.bf16.size()));
+      } else {
+        for (uint16_t v : t.bf16) f.put(static_cast<char>(v & 0xff)).put(static_cast<char>(v >> 8));
+      }
+    }
+    f.close();
+    if (!f) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      fail(tmp, "write failed");
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, file, ec);  // readers never see a half-written file
+  if (ec) fail(file, "cannot rename from ", tmp.string(), ": ", ec.message());
+}
+
+namespace {
+
+// Standard normal samples from a 64-bit Mersenne Twister via Box-Muller; unlike
+// std::normal_distribution, the sequence is the same with every standard library.
+class Normal {
+ public:
+  explicit Normal(uint64_t seed) : rng_(seed) {}
+  double operator()() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double u1 = (static_cast<double>(rng_() >> 11) + 1.0) * 0x1p-53;  // (0, 1]: log is finite
+    const double u2 = static_cast<double>(rng_() >> 11) * 0x1p-53;          // [0, 1)
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    const double a = 2.0 * 3.14159265358979323846 * u2;
+    spare_ = r * std::sin(a);
+    has_spare_ = true;
+    return r * std::cos(a);
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  double spare_ = 0;
+  bool has_spare_ = false;
+};
+
+std::vector<uint16_t> random_values(const NewTensor& t, Normal& normal) {
+  uint64_t n = 1;
+  for (uint64_t d : t.shape) n *= d;
+  std::vector<uint16_t> v(n);
+  if (t.shape.size() <= 1) {  // norm weights: scale factors near 1
+    for (auto& x : v) x = f32_to_bf16(static_cast<float>(1.0 + 0.1 * normal()));
+    return v;
+  }
+  // Embeddings: unit variance rows. Matrices: std 1/sqrt(fan-in) keeps activations O(1).
+  const bool embed = t.key.find("embed") != std::string::npos;
+  const double scale = embed ? 1.0 : 1.0 / std::sqrt(static_cast<double>(std::max<uint64_t>(t.shape.back(), 1)));
+  for (auto& x : v) x = f32_to_bf16(static_cast<float>(scale * normal()));
+  return v;
+}
+
+}  // namespace
+
+void write_random_checkpoint(const schedule::Schedule& s, const fs::path& dir, uint64_t seed) {
+  // One entry per key, in schedule order; tied weights share a key and are written once.
+  std::vector<NewTensor> tensors;
+  std::map<std::string, std::pair<size_t, std::string>> seen;  // key -> (index, first tensor name)
+  for (const schedule::Tensor& st : s.tensors) {
+    if (st.role != schedule::Role::weight) continue;
+    if (st.key.empty()) fail(dir, "schedule tensor '", st.name, "' has no safetensors key");
+    std::vector<uint64_t> shape(st.shape.begin(), st.shape.end());
+    if (auto it = seen.find(st.key); it != seen.end()) {
+      const NewTensor& first = tensors[it->second.first];
+      if (first.shape != shape)
+        fail(dir, "key '", st.key, "' is shared by schedule tensors '", it->second.second, "' ",
+             shape_string(first.shape), " and '", st.name, "' ", shape_string(shape), " of different shapes");
+      continue;
+    }
+    seen[st.key] = {tensors.size(), st.name};
+    tensors.push_back({st.key, std::move(shape), {}});
+  }
+  Normal normal(seed);
+  for (NewTensor& t : tensors) t.bf16 = random_values(t, normal);
+
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail(dir, "cannot create folder: ", ec.message());
+  write_safetensors(dir / "model.safetensors", tensors);
+  std::ofstream cfg(dir / "config.json", std::ios::trunc);
+  cfg << json{{"mk_generated", true}, {"seed", seed}}.dump(2) << "\n";
+  cfg.close();
+  if (!cfg) fail(dir / "config.json", "write failed");
+}
+
+}  // namespace mk::device

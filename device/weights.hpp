@@ -1,0 +1,75 @@
+// Hugging Face style checkpoints: safetensors files, single or sharded
+// (model.safetensors.index.json), memory-mapped read-only.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mk::schedule {
+struct Schedule;
+}
+
+namespace mk::device {
+
+struct WeightError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct CheckpointTensor {
+  std::string key;
+  std::string dtype;            // as in the safetensors header: "BF16", "F32", ...
+  std::vector<uint64_t> shape;
+  std::span<const uint8_t> bytes;  // into the mapped file
+  std::filesystem::path file;
+};
+
+class Checkpoint {
+ public:
+  // `path` is a folder (model.safetensors, or model.safetensors.index.json and its shards) or
+  // one .safetensors file. Every header is parsed and checked (JSON, offsets inside the file,
+  // sizes matching dtype x shape, no overlaps); any problem throws WeightError naming the file.
+  static Checkpoint open(const std::filesystem::path& path);
+
+  const CheckpointTensor* find(const std::string& key) const;  // nullptr when absent
+  const std::map<std::string, CheckpointTensor>& tensors() const { return tensors_; }
+  // The tensor converted to float (BF16, F16 and F32 supported); throws WeightError if absent.
+  std::vector<float> to_float(const std::string& key) const;
+  // What open() was given; error messages name it.
+  const std::filesystem::path& path() const { return root_; }
+
+  Checkpoint(Checkpoint&&) noexcept;
+  Checkpoint& operator=(Checkpoint&&) noexcept;
+  ~Checkpoint();
+
+ private:
+  Checkpoint();
+  struct Mapping;
+  std::filesystem::path root_;
+  std::vector<std::unique_ptr<Mapping>> maps_;
+  std::map<std::string, CheckpointTensor> tensors_;
+};
+
+// Checks every weight tensor of the schedule against the checkpoint: present, BF16, same shape.
+// Throws WeightError describing the first mismatch (key, what the schedule expects, what the
+// file has, which file).
+void check_weights(const schedule::Schedule&, const Checkpoint&);
+
+struct NewTensor {
+  std::string key;
+  std::vector<uint64_t> shape;
+  std::vector<uint16_t> bf16;  // row-major data
+};
+// Writes one safetensors file (BF16 tensors); via a temporary file and rename.
+void write_safetensors(const std::filesystem::path& file, const std::vector<NewTensor>& tensors);
+
+// A checkpoint folder of random weights for every weight tensor of a schedule (each key once):
+// `dir/model.safetensors` plus a minimal `config.json`. Seeded and deterministic. 1-D weights
+// (norms) are drawn near 1, matrices with std 1/sqrt(cols), embeddings with std 1.
+void write_random_checkpoint(const schedule::Schedule&, const std::filesystem::path& dir, uint64_t seed);
+
+}  // namespace mk::device

@@ -1,0 +1,83 @@
+// What the planner knows of one op: the YAML fields it takes, how it checks shapes and infers
+// its output, how many units of work it has, and how it lowers a range of units to a task.
+// Each op defines one OpDef in planner/ops/<op>.cpp; op_def() dispatches over the op table.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "planner/program.hpp"
+#include "schedules/format.hpp"
+
+namespace mk::planner {
+
+enum class FieldKind { input, input_list, output, number, text };
+
+struct FieldSpec {
+  const char* name;
+  FieldKind kind;
+  bool required;
+};
+
+// A 1-D element range of a tensor (for a kv cache: of one position).
+struct Region {
+  uint32_t tensor = schedule::kNone;
+  uint64_t begin = 0, end = 0;
+};
+
+struct TaskSpec {
+  Region write;
+  std::vector<Region> reads;  // activation regions only (weights have no producer)
+  double bytes = 0;           // bytes it moves, for the cost model
+  schedule::Instruction inst{};  // opcode and payload filled; waits and signals by the planner
+};
+
+// Context given to an op's infer step: field lookups that report errors at the YAML node.
+class OpCheck {
+ public:
+  OpCheck(Program& program, OpInfo& op) : program_(program), op_(op) {}
+  const TensorInfo& tensor(const char* field) const;        // required input
+  const TensorInfo* optional_tensor(const char* field) const;
+  std::vector<const TensorInfo*> tensor_list(const char* field) const;
+  uint32_t id(const TensorInfo& t) const;
+  double number(const char* field, double fallback) const;
+  std::string text(const char* field, const std::string& fallback) const;
+  double config(const std::string& key, double fallback) const;
+  std::string config_text(const std::string& key, const std::string& fallback) const;
+  [[noreturn]] void fail(const char* field, const std::string& message) const;  // at the field, else the op
+  // Declares (or checks against the declaration) the op's output.
+  void set_output(std::vector<uint32_t> shape, schedule::DType dtype = schedule::DType::f32);
+  OpInfo& op() const { return op_; }
+  const Program& program() const { return program_; }
+
+ private:
+  Program& program_;
+  OpInfo& op_;
+};
+
+struct OpDef {
+  const char* name;
+  std::span<const FieldSpec> fields;
+  // Checks shapes and fields, calls set_output, and returns the number of units.
+  uint32_t (*infer)(OpCheck&);
+  // Lowers units [begin, end) of the op to one task.
+  TaskSpec (*lower)(const Program&, const OpInfo&, uint32_t unit_begin, uint32_t unit_end);
+};
+
+const OpDef& op_def(schedule::Opcode);
+schedule::Opcode opcode_by_name(std::string_view name);  // noop when unknown
+
+#define MK_OP(name, code, payload) const OpDef& op_def_##name();
+#include "schedules/op_table.def"
+#undef MK_OP
+
+template <class P>
+void set_payload(schedule::Instruction& inst, schedule::Opcode op, const P& p) {
+  static_assert(sizeof(P) <= schedule::kPayloadBytes);
+  inst.opcode = static_cast<uint16_t>(op);
+  std::memcpy(inst.payload, &p, sizeof p);
+}
+
+}  // namespace mk::planner

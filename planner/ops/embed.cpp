@@ -1,0 +1,39 @@
+#include "planner/op_def.hpp"
+#include "schedules/ops/embed.hpp"
+
+namespace mk::planner {
+namespace {
+
+constexpr FieldSpec kFields[] = {{"table", FieldKind::input, true}, {"out", FieldKind::output, true}};
+
+uint32_t infer(OpCheck& c) {
+  const TensorInfo& table = c.tensor("table");
+  if (table.role != schedule::Role::weight || table.shape.size() != 2)
+    c.fail("table", "table '" + table.name + "' must be a 2-D weight [vocab, hidden]");
+  c.set_output({table.shape[1]});
+  return table.shape[1];
+}
+
+TaskSpec lower(const Program& p, const OpInfo& op, uint32_t begin, uint32_t end) {
+  schedule::EmbedPayload pl{};
+  pl.table = p.find(op.decl->field("table")->items.front());
+  pl.out = op.out;
+  pl.vocab = p.tensors[pl.table].shape[0];
+  pl.hidden = p.tensors[pl.table].shape[1];
+  pl.col_begin = begin;
+  pl.col_end = end;
+  TaskSpec t;
+  t.write = {op.out, begin, end};
+  t.bytes = (end - begin) * 6.0;
+  set_payload(t.inst, schedule::Opcode::embed, pl);
+  return t;
+}
+
+}  // namespace
+
+const OpDef& op_def_embed() {
+  static const OpDef def{"embed", kFields, infer, lower};
+  return def;
+}
+
+}  // namespace mk::planner

@@ -1,0 +1,78 @@
+// Model -> tasks -> counters and waits -> per-SM queues -> verified Schedule.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "planner/op_def.hpp"
+#include "planner/program.hpp"
+#include "schedules/schedule.hpp"
+
+namespace mk::planner {
+
+enum class Policy { round_robin, critical_path };
+Policy policy_by_name(const std::string&);  // throws std::invalid_argument
+const char* policy_name(Policy);
+
+struct PlanOptions {
+  uint32_t sm_count = 132;
+  Policy policy = Policy::round_robin;
+};
+
+// The cost model: a task moves its bytes at one SM's share of the streaming bandwidth (4.58 TB/s
+// over 132 SMs, measured on the H200), plus a fixed cost per task and per dependency.
+struct CostModel {
+  double bytes_per_us = 4.58e6 / 132;
+  double task_overhead_us = 0.5;
+  double dependency_latency_us = 1.0;
+  double task_us(double bytes) const { return task_overhead_us + bytes / bytes_per_us; }
+};
+
+struct Task {
+  uint32_t op = 0, index = 0;  // index within its op
+  TaskSpec spec;
+  std::vector<uint32_t> signals;         // counters it increments
+  std::vector<schedule::Wait> waits;     // after redundant waits are removed
+  uint32_t full_wait_count = 0;          // before
+  uint32_t sm = 0;
+};
+
+struct Counter {
+  uint32_t op = 0, chunk = 0;
+  uint32_t target = 0;  // tasks that signal it
+};
+
+struct PlanStats {
+  double critical_path_us = 0;
+  uint32_t critical_path_tasks = 0;
+  uint32_t waits_removed = 0;
+};
+
+struct Plan {
+  Program program;
+  std::vector<Task> tasks;  // id order: ops in dataflow order, tasks in unit order
+  std::vector<std::pair<uint32_t, uint32_t>> edges;  // (producer, consumer): a read overlaps a write
+  std::vector<Counter> counters;
+  schedule::Schedule schedule;
+  PlanStats stats;
+  Policy policy = Policy::round_robin;
+};
+
+Plan plan(const dsl::ModelGraph&, const PlanOptions& = {});
+
+// A schedule the verifier refuses; the message names the tasks and counters involved.
+struct PlanError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Proves that every wait target equals the number of signals of its counter, that every task
+// runs exactly once, that every required edge is implied by the waits and queue order, and
+// that the schedule cannot deadlock (the graph of waits and queue order is acyclic).
+void verify(const schedule::Schedule&, const std::vector<std::pair<uint32_t, uint32_t>>& required_edges);
+
+std::string summary(const Plan&);
+enum class DotLevel { op, task };
+void write_dot(const Plan&, std::ostream&, DotLevel);
+
+}  // namespace mk::planner

@@ -1,0 +1,325 @@
+#include <algorithm>
+#include <queue>
+#include <set>
+#include <sstream>
+
+#include "planner/op_def.hpp"
+#include "schedules/ops.hpp"
+
+namespace mk::planner {
+namespace {
+
+using schedule::DType;
+using schedule::Role;
+
+constexpr FieldSpec kCommonFields[] = {{"split", FieldKind::number, false}, {"chunks", FieldKind::number, false}};
+
+const FieldSpec* find_field(const OpDef& def, std::string_view key) {
+  for (const FieldSpec& f : def.fields)
+    if (key == f.name) return &f;
+  for (const FieldSpec& f : kCommonFields)
+    if (key == f.name) return &f;
+  return nullptr;
+}
+
+std::string field_list(const OpDef& def) {
+  std::string s;
+  for (const FieldSpec& f : def.fields) s += std::string(s.empty() ? "" : ", ") + f.name;
+  for (const FieldSpec& f : kCommonFields) s += std::string(", ") + f.name;
+  return s;
+}
+
+std::string shape_str(const std::vector<uint32_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Field presence and YAML type, before any tensor is looked at.
+void check_fields(const OpDef& def, const dsl::OpDecl& decl) {
+  for (const auto& [key, value] : decl.fields) {
+    const FieldSpec* spec = find_field(def, key);
+    if (!spec)
+      throw dsl::Error(value.loc, "op '" + decl.kind + "' has no field '" + key + "'; expected one of " + field_list(def));
+    const bool list_ok = spec->kind == FieldKind::input_list;
+    if (value.is_list && !list_ok) throw dsl::Error(value.loc, "field '" + key + "' takes one value, not a list");
+    if (spec->kind == FieldKind::number && !value.number)
+      throw dsl::Error(value.loc, "field '" + key + "' must be a number, got '" + value.items.front() + "'");
+    if (value.is_list && value.items.empty()) throw dsl::Error(value.loc, "field '" + key + "' is an empty list");
+  }
+  for (const FieldSpec& f : def.fields)
+    if (f.required && !decl.field(f.name))
+      throw dsl::Error(decl.loc, "op '" + decl.kind + "' is missing required field '" + f.name + "'");
+}
+
+std::vector<std::string> input_names(const OpDef& def, const dsl::OpDecl& decl) {
+  std::vector<std::string> names;
+  for (const FieldSpec& f : def.fields)
+    if (f.kind == FieldKind::input || f.kind == FieldKind::input_list)
+      if (const dsl::Value* v = decl.field(f.name))
+        for (const std::string& item : v->items) names.push_back(item);
+  return names;
+}
+
+const dsl::Value& located(const dsl::OpDecl& decl, const char* field) {
+  const dsl::Value* v = decl.field(field);
+  return *v;
+}
+
+}  // namespace
+
+uint64_t TensorInfo::elements() const {
+  uint64_t n = 1;
+  for (uint32_t d : shape) n *= d;
+  return n;
+}
+
+uint32_t Program::find(std::string_view name) const {
+  auto it = tensor_ids.find(name);
+  return it == tensor_ids.end() ? schedule::kNone : it->second;
+}
+
+schedule::Opcode opcode_by_name(std::string_view name) {
+#define MK_OP(op, code, payload) \
+  if (name == #op) return schedule::Opcode::op;
+#include "schedules/op_table.def"
+#undef MK_OP
+  return schedule::Opcode::noop;
+}
+
+const OpDef& op_def(schedule::Opcode op) {
+  switch (op) {
+#define MK_OP(name, code, payload) \
+  case schedule::Opcode::name: return op_def_##name();
+#include "schedules/op_table.def"
+#undef MK_OP
+    default: break;
+  }
+  throw std::logic_error("op_def: no definition for opcode");
+}
+
+// ---- OpCheck ----
+
+void OpCheck::fail(const char* field, const std::string& message) const {
+  const dsl::Value* v = field ? op_.decl->field(field) : nullptr;
+  throw dsl::Error(v ? v->loc : op_.decl->loc, "op '" + op_.name + "': " + message);
+}
+
+const TensorInfo* OpCheck::optional_tensor(const char* field) const {
+  const dsl::Value* v = op_.decl->field(field);
+  if (!v) return nullptr;
+  const uint32_t id = program_.find(v->items.front());
+  if (id == schedule::kNone) throw dsl::Error(v->loc, "undefined tensor '" + v->items.front() + "'");
+  return &program_.tensors[id];
+}
+
+const TensorInfo& OpCheck::tensor(const char* field) const {
+  const TensorInfo* t = optional_tensor(field);
+  if (!t) fail(nullptr, std::string("missing required field '") + field + "'");
+  return *t;
+}
+
+std::vector<const TensorInfo*> OpCheck::tensor_list(const char* field) const {
+  std::vector<const TensorInfo*> out;
+  const dsl::Value* v = op_.decl->field(field);
+  if (!v) fail(nullptr, std::string("missing required field '") + field + "'");
+  for (const std::string& name : v->items) {
+    const uint32_t id = program_.find(name);
+    if (id == schedule::kNone) throw dsl::Error(v->loc, "undefined tensor '" + name + "'");
+    out.push_back(&program_.tensors[id]);
+  }
+  return out;
+}
+
+uint32_t OpCheck::id(const TensorInfo& t) const { return static_cast<uint32_t>(&t - program_.tensors.data()); }
+
+double OpCheck::number(const char* field, double fallback) const {
+  const dsl::Value* v = op_.decl->field(field);
+  return v ? *v->number : fallback;
+}
+
+std::string OpCheck::text(const char* field, const std::string& fallback) const {
+  const dsl::Value* v = op_.decl->field(field);
+  return v ? v->items.front() : fallback;
+}
+
+double OpCheck::config(const std::string& key, double fallback) const {
+  return program_.model->number(key, fallback);
+}
+
+std::string OpCheck::config_text(const std::string& key, const std::string& fallback) const {
+  return program_.model->text(key, fallback);
+}
+
+void OpCheck::set_output(std::vector<uint32_t> shape, DType dtype) {
+  const dsl::Value& v = located(*op_.decl, "out");
+  const std::string& name = v.items.front();
+  uint32_t id = program_.find(name);
+  if (id == schedule::kNone) {
+    TensorInfo t;
+    t.name = name;
+    t.role = Role::activation;
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    t.layer = op_.layer;
+    t.loc = v.loc;
+    id = static_cast<uint32_t>(program_.tensors.size());
+    program_.tensors.push_back(std::move(t));
+    program_.tensor_ids.emplace(name, id);
+  } else {
+    const TensorInfo& t = program_.tensors[id];
+    uint64_t n = 1;
+    for (uint32_t d : shape) n *= d;
+    if (t.elements() != n)
+      throw dsl::Error(v.loc, "op '" + op_.name + "' produces " + shape_str(shape) + " but '" + name + "' is declared " +
+                                  shape_str(t.shape) + " at " + t.loc.str());
+    if (t.dtype != dtype)
+      throw dsl::Error(v.loc, "op '" + op_.name + "' produces " + schedule::dtype_name(dtype) + " but '" + name +
+                                  "' is declared " + schedule::dtype_name(t.dtype));
+  }
+  op_.out = id;
+}
+
+// ---- analyze ----
+
+Program analyze(const dsl::ModelGraph& model) {
+  Program p;
+  p.model = &model;
+  for (const dsl::TensorDecl& d : model.tensors) {
+    TensorInfo t;
+    t.name = d.name;
+    t.key = d.key;
+    t.layer = d.layer;
+    t.loc = d.loc;
+    for (int64_t dim : d.shape) {
+      if (dim <= 0 || dim > 0xffffffffll) throw dsl::Error(d.loc, "dimension out of range in '" + d.name + "'");
+      t.shape.push_back(static_cast<uint32_t>(dim));
+    }
+    if (t.shape.size() > schedule::kMaxRank) throw dsl::Error(d.loc, "'" + d.name + "' has more than 4 dimensions");
+    switch (d.kind) {
+      case dsl::TensorKind::weight: t.role = Role::weight, t.dtype = DType::bf16; break;
+      case dsl::TensorKind::kv_cache: t.role = Role::kv_cache, t.dtype = DType::bf16; break;
+      case dsl::TensorKind::activation:
+        t.role = Role::activation;
+        if (d.dtype == "f32") t.dtype = DType::f32;
+        else if (d.dtype == "i32") t.dtype = DType::i32;
+        else throw dsl::Error(d.loc, "activation '" + d.name + "' has dtype '" + d.dtype + "'; expected f32 or i32");
+        break;
+    }
+    p.tensor_ids.emplace(t.name, static_cast<uint32_t>(p.tensors.size()));
+    p.tensors.push_back(std::move(t));
+  }
+
+  // Resolve each op and find who writes what.
+  const size_t n = model.ops.size();
+  std::vector<OpInfo> ops(n);
+  std::map<std::string, size_t, std::less<>> producer;
+  for (size_t i = 0; i < n; ++i) {
+    const dsl::OpDecl& decl = model.ops[i];
+    OpInfo& op = ops[i];
+    op.decl = &decl;
+    op.name = decl.name;
+    op.layer = decl.layer;
+    op.opcode = opcode_by_name(decl.kind);
+    if (op.opcode == schedule::Opcode::noop) throw dsl::Error(decl.loc, "unknown op '" + decl.kind + "'");
+    const OpDef& def = op_def(op.opcode);
+    check_fields(def, decl);
+    const dsl::Value& out = located(decl, "out");
+    const std::string& out_name = out.items.front();
+    if (const uint32_t id = p.find(out_name); id != schedule::kNone && p.tensors[id].role != Role::activation)
+      throw dsl::Error(out.loc, "op '" + op.name + "' writes '" + out_name + "', which is a " +
+                                    schedule::role_name(p.tensors[id].role) + ", not an activation");
+    auto [it, fresh] = producer.emplace(out_name, i);
+    if (!fresh)
+      throw dsl::Error(out.loc, "tensor '" + out_name + "' is written by two ops ('" + ops[it->second].name + "' at " +
+                                    model.ops[it->second].loc.str() + " and '" + op.name + "')");
+  }
+
+  // Dataflow edges and a topological order that keeps the listed order where it can.
+  std::vector<std::vector<size_t>> users(n);
+  std::vector<size_t> pending(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const OpDef& def = op_def(ops[i].opcode);
+    std::set<size_t> preds;
+    for (const FieldSpec& f : def.fields) {
+      if (f.kind != FieldKind::input && f.kind != FieldKind::input_list) continue;
+      const dsl::Value* v = model.ops[i].field(f.name);
+      if (!v) continue;
+      for (const std::string& name : v->items) {
+        if (auto it = producer.find(name); it != producer.end()) {
+          if (it->second == i) throw dsl::Error(v->loc, "op '" + ops[i].name + "' reads its own output '" + name + "'");
+          preds.insert(it->second);
+          continue;
+        }
+        const uint32_t id = p.find(name);
+        if (id == schedule::kNone) throw dsl::Error(v->loc, "undefined tensor '" + name + "'");
+        if (p.tensors[id].role == Role::activation)
+          throw dsl::Error(v->loc, "activation '" + name + "' is read but no op writes it");
+      }
+    }
+    for (size_t pr : preds) users[pr].push_back(i);
+    pending[i] = preds.size();
+  }
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
+  for (size_t i = 0; i < n; ++i)
+    if (!pending[i]) ready.push(i);
+  std::vector<size_t> order;
+  while (!ready.empty()) {
+    const size_t i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (size_t u : users[i])
+      if (--pending[u] == 0) ready.push(u);
+  }
+  if (order.size() != n) {
+    std::string names;
+    size_t first = n;
+    for (size_t i = 0; i < n; ++i)
+      if (pending[i]) {
+        names += (names.empty() ? "'" : ", '") + ops[i].name + "'";
+        first = std::min(first, i);
+      }
+    throw dsl::Error(model.ops[first].loc, "the ops " + names + " form a cycle through their inputs and outputs");
+  }
+
+  // Infer shapes in dataflow order, then split into units.
+  for (size_t i : order) {
+    OpInfo op = ops[i];
+    OpCheck check(p, op);
+    const OpDef& def = op_def(op.opcode);
+    op.units = def.infer(check);
+    for (const std::string& name : input_names(def, *op.decl))
+      if (const uint32_t id = p.find(name); p.tensors[id].role == Role::activation || p.tensors[id].role == Role::io)
+        if (std::find(op.inputs.begin(), op.inputs.end(), id) == op.inputs.end()) op.inputs.push_back(id);
+    const double split = check.number("split", 1), chunks = check.number("chunks", 1);
+    if (split < 1 || split != static_cast<uint32_t>(split))
+      check.fail("split", "split must be a positive integer, got " + std::to_string(split));
+    if (chunks < 1 || chunks != static_cast<uint32_t>(chunks))
+      check.fail("chunks", "chunks must be a positive integer, got " + std::to_string(chunks));
+    op.split = static_cast<uint32_t>(split);
+    op.chunks = static_cast<uint32_t>(chunks);
+    if (op.units % op.split)
+      check.fail("split", "split " + std::to_string(op.split) + " does not divide the op's " + std::to_string(op.units) +
+                              " units of work");
+    const uint64_t out_elems = p.tensors[op.out].elements();
+    if (out_elems % op.chunks)
+      check.fail("chunks", "chunks " + std::to_string(op.chunks) + " does not divide the " + std::to_string(out_elems) +
+                               " elements of '" + p.tensors[op.out].name + "'");
+    p.ops.push_back(std::move(op));
+  }
+
+  // The argmax op marks the step's outputs: its input is the logits, its output the token.
+  for (const OpInfo& op : p.ops) {
+    if (op.opcode != schedule::Opcode::argmax) continue;
+    if (p.token != schedule::kNone) throw dsl::Error(op.decl->loc, "a model has one argmax op; this is the second");
+    p.token = op.out;
+    p.logits = op.inputs.front();
+  }
+  if (p.token == schedule::kNone)
+    throw dsl::Error(dsl::Location{model.file, 1, 1}, "the model has no argmax op (it produces each step's token)");
+  p.tensors[p.token].role = Role::io;
+  p.tensors[p.logits].role = Role::io;
+  return p;
+}
+
+}  // namespace mk::planner

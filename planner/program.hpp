@@ -1,0 +1,50 @@
+// The checked model: every tensor resolved to an id with role, dtype and shape, every op
+// resolved against its definition and put in dataflow order. Built by analyze(); all model
+// errors (unknown field, undefined tensor, shape mismatch, bad split, cycle) are dsl::Error
+// located at the offending YAML node.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dsl/model.hpp"
+#include "schedules/schedule.hpp"
+
+namespace mk::planner {
+
+struct TensorInfo {
+  std::string name;
+  std::string key;
+  schedule::Role role = schedule::Role::activation;
+  schedule::DType dtype = schedule::DType::f32;
+  std::vector<uint32_t> shape;
+  int layer = -1;
+  dsl::Location loc;
+  uint64_t elements() const;
+};
+
+struct OpInfo {
+  const dsl::OpDecl* decl = nullptr;
+  schedule::Opcode opcode = schedule::Opcode::noop;
+  std::string name;
+  int layer = -1;
+  std::vector<uint32_t> inputs;  // activation tensors read (dataflow edges)
+  uint32_t out = schedule::kNone;
+  uint32_t split = 1, chunks = 1;
+  uint32_t units = 1;  // indivisible work items; split must divide it
+};
+
+struct Program {
+  const dsl::ModelGraph* model = nullptr;
+  std::vector<TensorInfo> tensors;
+  std::map<std::string, uint32_t, std::less<>> tensor_ids;
+  std::vector<OpInfo> ops;  // a topological order of the dataflow
+  uint32_t logits = schedule::kNone, token = schedule::kNone;
+
+  uint32_t find(std::string_view name) const;  // kNone when absent
+};
+
+Program analyze(const dsl::ModelGraph&);
+
+}  // namespace mk::planner

@@ -1,0 +1,108 @@
+// The binary schedule format: the contract between the planner and the device.
+// Plain structs with fixed layout, usable from host and device code; no pointers, tensors are
+// referenced by id and the runtime binds ids to addresses.
+//
+// File layout (little-endian), every section starting on a 16-byte boundary:
+//   FileHeader | TensorRecord[tensor_count] | OpRecord[op_count] | u32 sm_offsets[sm_count+1]
+//   | Instruction[instruction_count] | Wait[wait_count] | u32 signals[signal_count] | strings
+// The checksum is FNV-1a 64 over every byte after the header.
+#pragma once
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define MK_HD __host__ __device__
+#else
+#define MK_HD
+#endif
+
+namespace mk::schedule {
+
+inline constexpr char kMagic[8] = {'M', 'K', 'S', 'C', 'H', 'E', 'D', '\0'};
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kNone = 0xffffffffu;  // "no tensor" in a payload field
+inline constexpr uint32_t kMaxRank = 4;
+inline constexpr uint32_t kPayloadBytes = 96;
+
+enum class DType : uint8_t { bf16 = 0, f32 = 1, i32 = 2 };
+// kv_cache tensors store the shape of ONE position; the context length is chosen at run time.
+enum class Role : uint8_t { weight = 0, activation = 1, kv_cache = 2, io = 3 };
+
+enum class Opcode : uint16_t {
+  noop = 0,
+#define MK_OP(name, code, payload) name = code,
+#include "schedules/op_table.def"
+#undef MK_OP
+};
+
+struct FileHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;
+  uint64_t file_bytes;
+  uint64_t checksum;
+  uint32_t sm_count;
+  uint32_t tensor_count;
+  uint32_t op_count;
+  uint32_t task_count;
+  uint32_t counter_count;
+  uint32_t instruction_count;
+  uint32_t wait_count;
+  uint32_t signal_count;
+  uint32_t string_bytes;
+  uint32_t logits_tensor;  // f32 [vocab], what --dump-logits writes
+  uint32_t token_tensor;   // i32 [1], the greedy token each step produces
+  uint32_t reserved[5];
+};
+static_assert(sizeof(FileHeader) == 96);
+
+struct TensorRecord {
+  uint32_t name_offset, name_length;  // into the string section
+  uint32_t key_offset, key_length;    // safetensors key (weights only)
+  uint8_t role, dtype, rank, reserved;
+  uint32_t shape[kMaxRank];
+};
+static_assert(sizeof(TensorRecord) == 36);
+
+struct OpRecord {
+  uint32_t name_offset, name_length;
+  uint16_t opcode;
+  int16_t layer;  // -1 outside the repeat block
+  uint32_t task_begin, task_count;
+};
+static_assert(sizeof(OpRecord) == 20);
+
+// A wait is met when counter >= target * generation (counters are monotonic across decode
+// steps; generation counts steps since the counters were last zeroed, starting at 1).
+struct Wait {
+  uint32_t counter;
+  uint32_t target;
+};
+
+struct Instruction {
+  uint16_t opcode;
+  uint16_t wait_count;
+  uint32_t wait_begin;    // into the wait section
+  uint32_t signal_begin;  // into the signal section (counter ids, each incremented by one)
+  uint16_t signal_count;
+  uint16_t reserved0;
+  uint32_t op;    // index into the op table
+  uint32_t task;  // global task id
+  uint32_t reserved1[2];
+  alignas(4) unsigned char payload[kPayloadBytes];
+};
+static_assert(sizeof(Instruction) == 128);
+
+// What changes from one decode step to the next; passed to every op body.
+struct StepContext {
+  uint32_t pos;          // position of the token being decoded
+  uint32_t token;        // its id
+  uint32_t max_context;  // KV-cache capacity in positions
+  uint32_t generation;   // counter generation of this step, >= 1
+};
+
+template <class P>
+MK_HD inline const P& payload_as(const Instruction& inst) {
+  return *reinterpret_cast<const P*>(inst.payload);
+}
+
+}  // namespace mk::schedule

@@ -1,0 +1,12 @@
+#include "schedules/payload_checks.hpp"
+
+namespace mk::schedule {
+
+std::string check_payload(const ArgmaxPayload& p, const Schedule& s) {
+  if (p.count == 0) return "count is 0";
+  if (auto e = expect_tensor(s, p.in, "in", DType::f32, p.count, {Role::activation, Role::io}); !e.empty()) return e;
+  if (auto e = expect_tensor(s, p.out, "out", DType::i32, 1, {Role::io}); !e.empty()) return e;
+  return {};
+}
+
+}  // namespace mk::schedule

@@ -1,0 +1,13 @@
+#pragma once
+#include "schedules/format.hpp"
+
+namespace mk::schedule {
+
+// out[0] = the index of the largest in[i] (the lowest index on ties).
+struct ArgmaxPayload {
+  uint32_t in;  // f32 [count]
+  uint32_t out; // i32 [1]
+  uint32_t count;
+};
+
+}  // namespace mk::schedule

@@ -1,0 +1,30 @@
+#include "schedules/payload_checks.hpp"
+
+namespace mk::schedule {
+
+std::string check_payload(const MatvecPayload& p, const Schedule& s) {
+  const std::initializer_list<Role> act = {Role::activation, Role::io};
+  if (auto e = expect_tensor(s, p.in, "in", DType::f32, p.cols, act); !e.empty()) return e;
+  if (auto e = expect_optional_tensor(s, p.norm, "norm", DType::bf16, p.cols, {Role::weight}); !e.empty()) return e;
+  if (p.weight_count < 1 || p.weight_count > 3) return "weight_count must be 1 to 3";
+  if (p.act > static_cast<uint32_t>(MatvecAct::silu_mul)) return "unknown activation";
+  const bool silu = p.act == static_cast<uint32_t>(MatvecAct::silu_mul);
+  if (silu && p.weight_count != 2) return "silu_mul needs exactly two weights (gate, up)";
+  uint32_t rows = 0;
+  for (uint32_t i = 0; i < p.weight_count; ++i) {
+    if (auto e = expect_tensor(s, p.weight[i], "weight", DType::bf16, 0, {Role::weight}); !e.empty()) return e;
+    const Tensor& w = s.tensors[p.weight[i]];
+    if (w.shape.size() != 2 || w.shape[1] != p.cols) return "weight " + w.name + " is not [rows, cols]";
+    rows = silu ? w.shape[0] : rows + w.shape[0];
+    if (p.weight_row_end[i] != rows) return "weight_row_end inconsistent with the weight shapes";
+    if (silu && i == 1 && w.shape != s.tensors[p.weight[0]].shape) return "gate and up shapes differ";
+  }
+  if (silu) rows = s.tensors[p.weight[0]].shape[0];
+  if (auto e = expect_tensor(s, p.out, "out", DType::f32, rows, act); !e.empty()) return e;
+  if (auto e = expect_optional_tensor(s, p.residual, "residual", DType::f32, rows, act); !e.empty()) return e;
+  if (p.row_begin >= p.row_end || p.row_end > rows) return "row range outside the output";
+  if (!(p.eps > 0.0f)) return "eps must be positive";
+  return {};
+}
+
+}  // namespace mk::schedule

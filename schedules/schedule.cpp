@@ -1,0 +1,321 @@
+#include "schedules/schedule.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "schedules/payload_checks.hpp"
+
+namespace mk::schedule {
+namespace {
+
+constexpr size_t align16(size_t n) { return (n + 15) & ~size_t{15}; }
+
+struct Layout {
+  size_t tensors, ops, sm_offsets, instructions, waits, signals, strings, end;
+};
+
+Layout layout_of(const FileHeader& h) {
+  Layout l{};
+  l.tensors = align16(sizeof(FileHeader));
+  l.ops = align16(l.tensors + size_t{h.tensor_count} * sizeof(TensorRecord));
+  l.sm_offsets = align16(l.ops + size_t{h.op_count} * sizeof(OpRecord));
+  l.instructions = align16(l.sm_offsets + (size_t{h.sm_count} + 1) * sizeof(uint32_t));
+  l.waits = align16(l.instructions + size_t{h.instruction_count} * sizeof(Instruction));
+  l.signals = align16(l.waits + size_t{h.wait_count} * sizeof(Wait));
+  l.strings = align16(l.signals + size_t{h.signal_count} * sizeof(uint32_t));
+  l.end = l.strings + h.string_bytes;
+  return l;
+}
+
+template <class... Args>
+[[noreturn]] void fail(const std::string& source, Args&&... args) {
+  std::ostringstream s;
+  s << source << ": ";
+  (s << ... << args);
+  throw ScheduleError(s.str());
+}
+
+}  // namespace
+
+uint64_t Tensor::elements() const {
+  uint64_t n = 1;
+  for (uint32_t d : shape) n *= d;
+  return n;
+}
+
+uint32_t Schedule::tensor_id(const std::string& name) const {
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].name == name) return static_cast<uint32_t>(i);
+  return kNone;
+}
+
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::bf16: return "bf16";
+    case DType::f32: return "f32";
+    case DType::i32: return "i32";
+  }
+  return "?";
+}
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::weight: return "weight";
+    case Role::activation: return "activation";
+    case Role::kv_cache: return "kv_cache";
+    case Role::io: return "io";
+  }
+  return "?";
+}
+uint64_t dtype_bytes(DType d) { return d == DType::bf16 ? 2 : 4; }
+
+uint64_t fnv1a64(std::span<const uint8_t> bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint8_t b : bytes) {
+    h ^= b;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::vector<uint8_t> serialize(const Schedule& s) {
+  std::string strings;
+  auto add_string = [&](const std::string& str, uint32_t& off, uint32_t& len) {
+    off = static_cast<uint32_t>(strings.size());
+    len = static_cast<uint32_t>(str.size());
+    strings += str;
+  };
+  std::vector<TensorRecord> tensors(s.tensors.size());
+  for (size_t i = 0; i < s.tensors.size(); ++i) {
+    const Tensor& t = s.tensors[i];
+    TensorRecord& r = tensors[i];
+    if (t.shape.size() > kMaxRank) throw ScheduleError("tensor " + t.name + ": rank above 4");
+    add_string(t.name, r.name_offset, r.name_length);
+    add_string(t.key, r.key_offset, r.key_length);
+    r.role = static_cast<uint8_t>(t.role);
+    r.dtype = static_cast<uint8_t>(t.dtype);
+    r.rank = static_cast<uint8_t>(t.shape.size());
+    std::copy(t.shape.begin(), t.shape.end(), r.shape);
+  }
+  std::vector<OpRecord> ops(s.ops.size());
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    add_string(s.ops[i].name, ops[i].name_offset, ops[i].name_length);
+    ops[i].opcode = static_cast<uint16_t>(s.ops[i].opcode);
+    ops[i].layer = s.ops[i].layer;
+    ops[i].task_begin = s.ops[i].task_begin;
+    ops[i].task_count = s.ops[i].task_count;
+  }
+
+  FileHeader h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.version = kFormatVersion;
+  h.header_bytes = sizeof(FileHeader);
+  h.sm_count = s.sm_count;
+  h.tensor_count = static_cast<uint32_t>(s.tensors.size());
+  h.op_count = static_cast<uint32_t>(s.ops.size());
+  h.task_count = s.task_count;
+  h.counter_count = s.counter_count;
+  h.instruction_count = static_cast<uint32_t>(s.instructions.size());
+  h.wait_count = static_cast<uint32_t>(s.waits.size());
+  h.signal_count = static_cast<uint32_t>(s.signals.size());
+  h.string_bytes = static_cast<uint32_t>(strings.size());
+  h.logits_tensor = s.logits_tensor;
+  h.token_tensor = s.token_tensor;
+  if (s.sm_offsets.size() != size_t{s.sm_count} + 1) throw ScheduleError("sm_offsets must have sm_count + 1 entries");
+
+  const Layout l = layout_of(h);
+  h.file_bytes = l.end;
+  std::vector<uint8_t> out(l.end, 0);
+  auto put = [&](size_t at, const void* p, size_t n) {
+    if (n) std::memcpy(out.data() + at, p, n);
+  };
+  put(l.tensors, tensors.data(), tensors.size() * sizeof(TensorRecord));
+  put(l.ops, ops.data(), ops.size() * sizeof(OpRecord));
+  put(l.sm_offsets, s.sm_offsets.data(), s.sm_offsets.size() * sizeof(uint32_t));
+  put(l.instructions, s.instructions.data(), s.instructions.size() * sizeof(Instruction));
+  put(l.waits, s.waits.data(), s.waits.size() * sizeof(Wait));
+  put(l.signals, s.signals.data(), s.signals.size() * sizeof(uint32_t));
+  put(l.strings, strings.data(), strings.size());
+  h.checksum = fnv1a64({out.data() + sizeof(FileHeader), out.size() - sizeof(FileHeader)});
+  put(0, &h, sizeof h);
+  return out;
+}
+
+Schedule deserialize(std::span<const uint8_t> bytes, const std::string& source) {
+  if (bytes.size() < sizeof(FileHeader))
+    fail(source, "truncated: ", bytes.size(), " bytes, a schedule header alone is ", sizeof(FileHeader));
+  FileHeader h;
+  std::memcpy(&h, bytes.data(), sizeof h);
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) fail(source, "offset 0: not a schedule file (bad magic)");
+  if (h.version > kFormatVersion)
+    fail(source, "offset 8: format version ", h.version, " is newer than this build reads (", kFormatVersion,
+         "); rebuild the tools or re-plan with this mkplan");
+  if (h.version != kFormatVersion) fail(source, "offset 8: unsupported format version ", h.version);
+  if (h.header_bytes != sizeof(FileHeader)) fail(source, "offset 12: header size ", h.header_bytes, " unexpected");
+  if (h.file_bytes != bytes.size())
+    fail(source, "offset 16: header says ", h.file_bytes, " bytes but the file has ", bytes.size(),
+         h.file_bytes > bytes.size() ? " (truncated)" : " (trailing bytes)");
+  // Bound the counts before computing the layout so that sizes cannot overflow.
+  constexpr uint32_t kLimit = 1u << 28;
+  for (uint32_t c : {h.sm_count, h.tensor_count, h.op_count, h.instruction_count, h.wait_count, h.signal_count,
+                     h.string_bytes, h.counter_count, h.task_count})
+    if (c > kLimit) fail(source, "header count ", c, " is implausibly large");
+  const Layout l = layout_of(h);
+  if (l.end != bytes.size()) fail(source, "section sizes add up to ", l.end, " bytes, the file has ", bytes.size());
+  const uint64_t sum = fnv1a64(bytes.subspan(sizeof(FileHeader)));
+  if (sum != h.checksum) fail(source, "checksum mismatch (the file is corrupt)");
+  if (h.sm_count == 0) fail(source, "offset 32: sm_count is 0");
+
+  auto get = [&](size_t at, void* p, size_t n) {
+    if (n) std::memcpy(p, bytes.data() + at, n);
+  };
+  const char* strings = reinterpret_cast<const char*>(bytes.data() + l.strings);
+  auto string_at = [&](uint32_t off, uint32_t len, const char* what, size_t record_at) {
+    if (uint64_t{off} + len > h.string_bytes)
+      fail(source, "offset ", record_at, ": ", what, " string lies outside the string section");
+    return std::string(strings + off, len);
+  };
+
+  Schedule s;
+  s.sm_count = h.sm_count;
+  s.task_count = h.task_count;
+  s.counter_count = h.counter_count;
+  s.logits_tensor = h.logits_tensor;
+  s.token_tensor = h.token_tensor;
+  s.tensors.resize(h.tensor_count);
+  for (uint32_t i = 0; i < h.tensor_count; ++i) {
+    const size_t at = l.tensors + size_t{i} * sizeof(TensorRecord);
+    TensorRecord r;
+    get(at, &r, sizeof r);
+    Tensor& t = s.tensors[i];
+    t.name = string_at(r.name_offset, r.name_length, "tensor name", at);
+    t.key = string_at(r.key_offset, r.key_length, "tensor key", at);
+    if (r.role > static_cast<uint8_t>(Role::io)) fail(source, "offset ", at, ": tensor ", t.name, " has bad role ", +r.role);
+    if (r.dtype > static_cast<uint8_t>(DType::i32)) fail(source, "offset ", at, ": tensor ", t.name, " has bad dtype ", +r.dtype);
+    if (r.rank == 0 || r.rank > kMaxRank) fail(source, "offset ", at, ": tensor ", t.name, " has bad rank ", +r.rank);
+    t.role = static_cast<Role>(r.role);
+    t.dtype = static_cast<DType>(r.dtype);
+    t.shape.assign(r.shape, r.shape + r.rank);
+    for (uint32_t d : t.shape)
+      if (d == 0) fail(source, "offset ", at, ": tensor ", t.name, " has a zero dimension");
+    if (t.elements() > (uint64_t{1} << 40)) fail(source, "offset ", at, ": tensor ", t.name, " is implausibly large");
+  }
+  s.ops.resize(h.op_count);
+  for (uint32_t i = 0; i < h.op_count; ++i) {
+    const size_t at = l.ops + size_t{i} * sizeof(OpRecord);
+    OpRecord r;
+    get(at, &r, sizeof r);
+    s.ops[i] = Op{string_at(r.name_offset, r.name_length, "op name", at), static_cast<Opcode>(r.opcode), r.layer,
+                  r.task_begin, r.task_count};
+  }
+  s.sm_offsets.resize(size_t{h.sm_count} + 1);
+  get(l.sm_offsets, s.sm_offsets.data(), s.sm_offsets.size() * sizeof(uint32_t));
+  s.instructions.resize(h.instruction_count);
+  get(l.instructions, s.instructions.data(), s.instructions.size() * sizeof(Instruction));
+  s.waits.resize(h.wait_count);
+  get(l.waits, s.waits.data(), s.waits.size() * sizeof(Wait));
+  s.signals.resize(h.signal_count);
+  get(l.signals, s.signals.data(), s.signals.size() * sizeof(uint32_t));
+  try {
+    validate(s);
+  } catch (const ScheduleError& e) {
+    fail(source, e.what());
+  }
+  return s;
+}
+
+void validate(const Schedule& s) {
+  auto bad = [](auto&&... args) {
+    std::ostringstream o;
+    (o << ... << args);
+    throw ScheduleError(o.str());
+  };
+  if (s.sm_offsets.size() != size_t{s.sm_count} + 1) bad("sm_offsets has ", s.sm_offsets.size(), " entries");
+  if (s.sm_offsets.front() != 0 || s.sm_offsets.back() != s.instructions.size())
+    bad("sm_offsets do not cover the ", s.instructions.size(), " instructions");
+  for (uint32_t sm = 0; sm < s.sm_count; ++sm)
+    if (s.sm_offsets[sm] > s.sm_offsets[sm + 1]) bad("sm_offsets decrease at SM ", sm);
+  for (const Op& op : s.ops)
+    if (!opcode_name(op.opcode) || op.opcode == Opcode::noop) bad("op ", op.name, " has unknown opcode");
+  for (const Wait& w : s.waits) {
+    if (w.counter >= s.counter_count) bad("a wait names counter ", w.counter, " of ", s.counter_count);
+    if (w.target == 0) bad("a wait on counter ", w.counter, " has target 0");
+  }
+  for (uint32_t c : s.signals)
+    if (c >= s.counter_count) bad("a signal names counter ", c, " of ", s.counter_count);
+  auto io_tensor = [&](uint32_t id, DType dt, const char* what) {
+    if (id >= s.tensors.size() || s.tensors[id].role != Role::io || s.tensors[id].dtype != dt)
+      bad("the header's ", what, " tensor ", id, " is not an io tensor of dtype ", dtype_name(dt));
+  };
+  io_tensor(s.logits_tensor, DType::f32, "logits");
+  io_tensor(s.token_tensor, DType::i32, "token");
+
+  for (uint32_t sm = 0; sm < s.sm_count; ++sm) {
+    for (uint32_t i = s.sm_offsets[sm]; i < s.sm_offsets[sm + 1]; ++i) {
+      const Instruction& inst = s.instructions[i];
+      auto where = [&] {
+        std::ostringstream o;
+        o << "SM " << sm << " instruction " << (i - s.sm_offsets[sm]) << " (task " << inst.task << "): ";
+        return o.str();
+      };
+      if (uint64_t{inst.wait_begin} + inst.wait_count > s.waits.size()) bad(where(), "waits out of range");
+      if (uint64_t{inst.signal_begin} + inst.signal_count > s.signals.size()) bad(where(), "signals out of range");
+      if (inst.op >= s.ops.size()) bad(where(), "op index ", inst.op, " out of range");
+      if (inst.task >= s.task_count) bad(where(), "task id out of range");
+      std::string err;
+      switch (static_cast<Opcode>(inst.opcode)) {
+        case Opcode::noop: break;
+#define MK_OP(name, code, payload) \
+  case Opcode::name: err = check_payload(payload_as<payload>(inst), s); break;
+#include "schedules/op_table.def"
+#undef MK_OP
+        default: err = "unknown opcode " + std::to_string(inst.opcode);
+      }
+      if (!err.empty()) bad(where(), opcode_name(static_cast<Opcode>(inst.opcode)) ? opcode_name(static_cast<Opcode>(inst.opcode)) : "", ": ", err);
+    }
+  }
+}
+
+void write_file(const Schedule& s, const std::filesystem::path& path) {
+  const std::vector<uint8_t> bytes = serialize(s);
+  // Write to a temporary and rename, so a failed write never leaves a half file behind.
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw ScheduleError(path.string() + ": cannot open for writing");
+    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (!f) throw ScheduleError(path.string() + ": write failed");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw ScheduleError(path.string() + ": " + ec.message());
+}
+
+Schedule read_file(const std::filesystem::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw ScheduleError(path.string() + ": cannot open");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return deserialize(bytes, path.string());
+}
+
+std::string expect_tensor(const Schedule& s, uint32_t id, const char* field, DType dtype, uint64_t elements,
+                          std::initializer_list<Role> roles) {
+  if (id >= s.tensors.size()) return std::string(field) + ": tensor id " + std::to_string(id) + " out of range";
+  const Tensor& t = s.tensors[id];
+  if (std::find(roles.begin(), roles.end(), t.role) == roles.end())
+    return std::string(field) + ": tensor " + t.name + " has role " + role_name(t.role);
+  if (t.dtype != dtype)
+    return std::string(field) + ": tensor " + t.name + " is " + dtype_name(t.dtype) + ", expected " + dtype_name(dtype);
+  if (elements && t.elements() != elements)
+    return std::string(field) + ": tensor " + t.name + " has " + std::to_string(t.elements()) + " elements, expected " +
+           std::to_string(elements);
+  return {};
+}
+
+std::string expect_optional_tensor(const Schedule& s, uint32_t id, const char* field, DType dtype, uint64_t elements,
+                                   std::initializer_list<Role> roles) {
+  return id == kNone ? std::string{} : expect_tensor(s, id, field, dtype, elements, roles);
+}
+
+}  // namespace mk::schedule

@@ -1,0 +1,73 @@
+// The in-memory schedule, its writer, its reader and its validator (host only).
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "schedules/format.hpp"
+
+namespace mk::schedule {
+
+struct ScheduleError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Tensor {
+  std::string name;
+  std::string key;  // safetensors key, weights only
+  Role role = Role::activation;
+  DType dtype = DType::f32;
+  std::vector<uint32_t> shape;
+  uint64_t elements() const;
+};
+
+struct Op {
+  std::string name;
+  Opcode opcode = Opcode::noop;
+  int16_t layer = -1;
+  uint32_t task_begin = 0, task_count = 0;
+};
+
+struct Schedule {
+  uint32_t sm_count = 0;
+  std::vector<Tensor> tensors;
+  std::vector<Op> ops;
+  uint32_t task_count = 0;
+  uint32_t counter_count = 0;
+  std::vector<uint32_t> sm_offsets;  // sm_count + 1 entries into instructions
+  std::vector<Instruction> instructions;
+  std::vector<Wait> waits;
+  std::vector<uint32_t> signals;
+  uint32_t logits_tensor = kNone;
+  uint32_t token_tensor = kNone;
+
+  std::span<const Instruction> queue(uint32_t sm) const {
+    return {instructions.data() + sm_offsets[sm], instructions.data() + sm_offsets[sm + 1]};
+  }
+  std::span<const Wait> waits_of(const Instruction& i) const { return {waits.data() + i.wait_begin, i.wait_count}; }
+  std::span<const uint32_t> signals_of(const Instruction& i) const {
+    return {signals.data() + i.signal_begin, i.signal_count};
+  }
+  uint32_t tensor_id(const std::string& name) const;  // kNone if absent
+};
+
+const char* dtype_name(DType);
+const char* role_name(Role);
+uint64_t dtype_bytes(DType);
+
+std::vector<uint8_t> serialize(const Schedule&);
+// Reads and fully validates; `source` names the file in error messages.
+Schedule deserialize(std::span<const uint8_t> bytes, const std::string& source = "<memory>");
+void write_file(const Schedule&, const std::filesystem::path&);
+Schedule read_file(const std::filesystem::path&);
+
+// Structural validation: every id in range, every region inside its tensor, every payload
+// consistent with the tensor table. Throws ScheduleError naming the SM and instruction.
+void validate(const Schedule&);
+
+uint64_t fnv1a64(std::span<const uint8_t> bytes);
+
+}  // namespace mk::schedule
