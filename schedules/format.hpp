@@ -5,7 +5,7 @@
 // File layout (little-endian), every section starting on a 16-byte boundary:
 //   FileHeader | TensorRecord[tensor_count] | OpRecord[op_count] | u32 sm_offsets[sm_count+1]
 //   | Instruction[instruction_count] | Wait[wait_count] | u32 signals[signal_count] | strings
-// The checksum is FNV-1a 64 over every byte after the header.
+// The checksum is FNV-1a 64 over the whole file, its own field taken as zero.
 #pragma once
 #include <cstdint>
 

@@ -1,6 +1,7 @@
 #include "schedules/schedule.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -137,7 +138,9 @@ std::vector<uint8_t> serialize(const Schedule& s) {
   put(l.waits, s.waits.data(), s.waits.size() * sizeof(Wait));
   put(l.signals, s.signals.data(), s.signals.size() * sizeof(uint32_t));
   put(l.strings, strings.data(), strings.size());
-  h.checksum = fnv1a64({out.data() + sizeof(FileHeader), out.size() - sizeof(FileHeader)});
+  h.checksum = 0;
+  put(0, &h, sizeof h);
+  h.checksum = fnv1a64(out);
   put(0, &h, sizeof h);
   return out;
 }
@@ -163,8 +166,9 @@ Schedule deserialize(std::span<const uint8_t> bytes, const std::string& source) 
     if (c > kLimit) fail(source, "header count ", c, " is implausibly large");
   const Layout l = layout_of(h);
   if (l.end != bytes.size()) fail(source, "section sizes add up to ", l.end, " bytes, the file has ", bytes.size());
-  const uint64_t sum = fnv1a64(bytes.subspan(sizeof(FileHeader)));
-  if (sum != h.checksum) fail(source, "checksum mismatch (the file is corrupt)");
+  std::vector<uint8_t> zeroed(bytes.begin(), bytes.end());
+  std::memset(zeroed.data() + offsetof(FileHeader, checksum), 0, sizeof h.checksum);
+  if (fnv1a64(zeroed) != h.checksum) fail(source, "checksum mismatch (the file is corrupt)");
   if (h.sm_count == 0) fail(source, "offset 32: sm_count is 0");
 
   auto get = [&](size_t at, void* p, size_t n) {
