@@ -1,5 +1,6 @@
 #include "device/runtime.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -12,6 +13,7 @@ class EmulatorBackend : public Backend {
   EmulatorBackend(const schedule::Schedule& s, const Checkpoint& ckpt, const RuntimeOptions& opt)
       : s_(s), opt_(opt), emulator_(s) {
     check_weights(s, ckpt);
+    for (const schedule::Wait& w : s.waits) max_target_ = std::max(max_target_, w.target);
     buffers_.resize(s.tensors.size());
     pointers_.resize(s.tensors.size(), nullptr);
     for (size_t i = 0; i < s.tensors.size(); ++i) {
@@ -31,6 +33,14 @@ class EmulatorBackend : public Backend {
   std::string name() const override { return "emulator"; }
 
   void step(uint32_t token, uint32_t pos) override {
+    if (pos >= opt_.max_context)
+      throw std::invalid_argument("position " + std::to_string(pos) + " is beyond the KV cache (" +
+                                  std::to_string(opt_.max_context) + ")");
+    // Monotonic counters, as on the GPU: zero them before target * generation could wrap.
+    if (uint64_t{generation_ + 1} * max_target_ >= 0xffffffffull) {
+      emulator_.reset_counters();
+      generation_ = 0;
+    }
     const schedule::StepContext ctx{pos, token, opt_.max_context, ++generation_};
     emulator_.run_step(ctx, {pointers_.data(), static_cast<uint32_t>(pointers_.size())}, opt_.order,
                        opt_.seed + pos);
@@ -56,6 +66,7 @@ class EmulatorBackend : public Backend {
   std::vector<std::vector<uint8_t>> buffers_;
   std::vector<void*> pointers_;
   uint32_t generation_ = 0;
+  uint32_t max_target_ = 1;
 };
 
 }  // namespace
@@ -71,14 +82,17 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
     if (id < 0 || static_cast<uint32_t>(id) >= vocab)
       throw std::invalid_argument("prompt token " + std::to_string(id) + " is outside the vocabulary [0, " +
                                   std::to_string(vocab) + ")");
-  const uint32_t steps = static_cast<uint32_t>(opt.prompt.size()) + (opt.tokens ? opt.tokens - 1 : 0);
-  if (steps > max_context)
-    throw std::invalid_argument(std::to_string(steps) + " steps do not fit a context of " + std::to_string(max_context) +
+  const uint64_t all_steps = opt.prompt.size() + (opt.tokens ? uint64_t{opt.tokens} - 1 : 0);
+  if (all_steps > max_context)
+    throw std::invalid_argument(std::to_string(all_steps) + " steps do not fit a context of " + std::to_string(max_context) +
                                 " positions; raise --max-context");
+  const uint32_t steps = static_cast<uint32_t>(all_steps);
   GenerateResult r;
   const auto start = std::chrono::steady_clock::now();
   uint32_t token = static_cast<uint32_t>(opt.prompt[0]);
+  auto decode_start = start;
   for (uint32_t pos = 0; pos < steps; ++pos) {
+    if (pos + 1 == opt.prompt.size()) decode_start = std::chrono::steady_clock::now();
     backend.step(token, pos);
     const int32_t next = backend.next_token();
     if (opt.keep_logits) r.logits.push_back(backend.logits());
@@ -86,7 +100,9 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
     token = pos + 1 < opt.prompt.size() ? static_cast<uint32_t>(opt.prompt[pos + 1]) : static_cast<uint32_t>(next);
     if (opt.on_step) opt.on_step(pos + 1, steps, next);
   }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto end = std::chrono::steady_clock::now();
+  r.seconds = std::chrono::duration<double>(end - start).count();
+  r.decode_seconds = std::chrono::duration<double>(end - decode_start).count();
   r.steps = steps;
   if (opt.tokens == 0) r.tokens.clear();
   return r;

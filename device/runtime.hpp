@@ -48,7 +48,8 @@ struct GenerateResult {
   std::vector<int32_t> tokens;            // the greedy continuation
   std::vector<std::vector<float>> logits; // per step, when kept
   uint32_t steps = 0;
-  double seconds = 0;                     // wall time of all steps
+  double seconds = 0;         // wall time of all steps
+  double decode_seconds = 0;  // of the steps after the prompt (the greedy continuation)
 };
 
 // Prefill as decode steps over the prompt, then greedy decoding. Checks the prompt ids against

@@ -158,18 +158,22 @@ std::vector<std::vector<uint32_t>> assign_critical_path(Plan& p, uint32_t sms, c
   std::vector<uint32_t> pending(n);
   for (uint32_t t = 0; t < n; ++t)
     if (!(pending[t] = static_cast<uint32_t>(preds[t].size()))) ready.push(t);
-  std::vector<double> finish(n, 0), sm_free(sms, 0);
+  std::vector<double> finish(n, 0), sm_free(sms, 0), sm_bytes(sms, 0);
   std::vector<std::vector<uint32_t>> queues(sms);
   while (!ready.empty()) {
     const uint32_t t = ready.top();
     ready.pop();
     double start = 0;
     for (uint32_t pr : preds[t]) start = std::max(start, finish[pr] + cost.dependency_latency_us);
+    // The SM where it starts first; among equals, the one that has moved the fewest bytes.
     uint32_t best = 0;
-    for (uint32_t sm = 1; sm < sms; ++sm)
-      if (std::max(sm_free[sm], start) < std::max(sm_free[best], start)) best = sm;
+    for (uint32_t sm = 1; sm < sms; ++sm) {
+      const double a = std::max(sm_free[sm], start), b = std::max(sm_free[best], start);
+      if (a < b || (a == b && sm_bytes[sm] < sm_bytes[best])) best = sm;
+    }
     finish[t] = std::max(sm_free[best], start) + cost.task_us(p.tasks[t].spec.bytes);
     sm_free[best] = finish[t];
+    sm_bytes[best] += p.tasks[t].spec.bytes;
     queues[best].push_back(t);
     for (uint32_t s : succs[t])
       if (--pending[s] == 0) ready.push(s);

@@ -272,14 +272,24 @@ Program analyze(const dsl::ModelGraph& model) {
       if (--pending[u] == 0) ready.push(u);
   }
   if (order.size() != n) {
-    std::string names;
-    size_t first = n;
+    // Every op left waits on another op left; walk back through those until one repeats.
+    std::vector<std::vector<size_t>> waiting_on(n);
     for (size_t i = 0; i < n; ++i)
-      if (pending[i]) {
-        names += (names.empty() ? "'" : ", '") + ops[i].name + "'";
-        first = std::min(first, i);
-      }
-    throw dsl::Error(model.ops[first].loc, "the ops " + names + " form a cycle through their inputs and outputs");
+      for (size_t u : users[i])
+        if (pending[i] && pending[u]) waiting_on[u].push_back(i);
+    size_t at = 0;
+    while (!pending[at]) ++at;
+    std::vector<size_t> seen(n, n), path;
+    while (seen[at] == n) {
+      seen[at] = path.size();
+      path.push_back(at);
+      at = waiting_on[at].front();
+    }
+    std::vector<size_t> cycle(path.begin() + static_cast<std::ptrdiff_t>(seen[at]), path.end());
+    std::sort(cycle.begin(), cycle.end());
+    std::string names;
+    for (size_t i : cycle) names += (names.empty() ? "'" : ", '") + ops[i].name + "'";
+    throw dsl::Error(model.ops[cycle.front()].loc, "the ops " + names + " form a cycle through their inputs and outputs");
   }
 
   // Infer shapes in dataflow order, then split into units.

@@ -37,6 +37,11 @@ std::string counter_name(const Schedule& s, const std::vector<std::vector<uint32
 }  // namespace
 
 void verify(const Schedule& s, const std::vector<std::pair<uint32_t, uint32_t>>& required_edges) {
+  try {
+    schedule::validate(s);  // every id in range before it is used as an index
+  } catch (const schedule::ScheduleError& e) {
+    refuse(e.what());
+  }
   const uint32_t n = static_cast<uint32_t>(s.instructions.size());
   Where w;
   w.sm.resize(n);

@@ -276,7 +276,10 @@ void validate(const Schedule& s) {
 #undef MK_OP
         default: err = "unknown opcode " + std::to_string(inst.opcode);
       }
-      if (!err.empty()) bad(where(), opcode_name(static_cast<Opcode>(inst.opcode)) ? opcode_name(static_cast<Opcode>(inst.opcode)) : "", ": ", err);
+      if (!err.empty()) {
+        const char* name = opcode_name(static_cast<Opcode>(inst.opcode));
+        bad(where(), name ? std::string(name) + ": " : std::string(), err);
+      }
     }
   }
 }

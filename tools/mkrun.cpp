@@ -59,8 +59,9 @@ int main(int argc, char** argv) {
     const mk::device::Checkpoint ckpt = mk::device::Checkpoint::open(weights_path);
     mk::device::check_weights(schedule, ckpt);
     mk::device::RuntimeOptions opt;
-    const uint32_t steps = static_cast<uint32_t>(ids.size()) + (tokens ? tokens - 1 : 0);
-    opt.max_context = max_context ? max_context : steps;
+    const uint64_t steps = ids.size() + (tokens ? uint64_t{tokens} - 1 : 0);
+    if (!max_context && steps > (1u << 24)) throw std::invalid_argument("--tokens is too large");
+    opt.max_context = max_context ? max_context : static_cast<uint32_t>(steps);
     opt.order = order == "shuffled" ? mk::device::Order::shuffled : mk::device::Order::deterministic;
     opt.seed = seed;
     if (backend_name == "cuda" && !mk::device::cuda_available())
@@ -93,6 +94,10 @@ int main(int argc, char** argv) {
     std::cout << "\n"
               << r.steps << " steps on " << backend->name() << ": " << r.seconds * 1e6 / r.steps << " us/token ("
               << r.steps / r.seconds << " tokens/s)\n";
+    const uint32_t decode_steps = r.steps + 1 - static_cast<uint32_t>(ids.size());
+    if (tokens > 1 && ids.size() > 1)
+      std::cout << "decode after the prompt: " << decode_steps << " steps, " << r.decode_seconds * 1e6 / decode_steps
+                << " us/token at context " << ids.size() << ".." << r.steps << "\n";
     if (!dump.empty()) {
       mk::device::write_npy(dump, r.logits);
       std::cout << "wrote " << dump << ": [" << r.logits.size() << ", " << (r.logits.empty() ? 0 : r.logits[0].size())

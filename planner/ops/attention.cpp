@@ -37,7 +37,7 @@ uint32_t infer(OpCheck& c) {
   if (k.shape != v.shape) c.fail("v_cache", "shape mismatch: k and v caches differ");
   if (&k == &v) c.fail("v_cache", "k_cache and v_cache must be different caches");
   const uint32_t kv_heads = k.shape[0], hd = k.shape[1];
-  if (hd % 2 || hd > 512) c.fail("k_cache", "head_dim must be even and at most 512");
+  if (hd % 2 || hd > schedule::kMaxHeadDim) c.fail("k_cache", "head_dim must be even and at most 128");
   const TensorInfo& qkv = c.tensor("qkv");
   if (qkv.role != schedule::Role::activation || qkv.dtype != schedule::DType::f32)
     c.fail("qkv", "'" + qkv.name + "' must be an f32 activation");
@@ -51,10 +51,13 @@ uint32_t infer(OpCheck& c) {
       c.fail(f, std::string("shape mismatch: ") + f + " must be a weight of head_dim = " + std::to_string(hd) + " elements");
   const double splits = c.number("kv_splits", 1);
   if (splits < 1 || splits > 64 || splits != std::floor(splits)) c.fail("kv_splits", "kv_splits must be 1 to 64");
+  if (!(c.number("eps", c.config("eps", 1e-6)) > 0)) c.fail("eps", "eps must be positive");
+  if (!(c.config("rope.theta", 10000) > 0)) c.fail(nullptr, "config rope.theta must be positive");
   const std::string scaling = c.config_text("rope.scaling", "none");
   if (scaling != "none" && scaling != "llama3")
     c.fail(nullptr, "config rope.scaling is '" + scaling + "'; expected none or llama3");
   const uint32_t heads = static_cast<uint32_t>(n / hd - 2 * kv_heads);
+  if (heads / kv_heads > schedule::kMaxGroup) c.fail("qkv", "at most 8 q heads per kv head");
   c.set_output({kv_heads, static_cast<uint32_t>(splits), heads / kv_heads, hd + 2});
   return kv_heads * static_cast<uint32_t>(splits);
 }

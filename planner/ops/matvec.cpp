@@ -22,6 +22,7 @@ uint32_t infer(OpCheck& c) {
   if (in.role == schedule::Role::weight || in.dtype != schedule::DType::f32)
     c.fail("in", "input '" + in.name + "' must be an f32 activation");
   const uint64_t cols = in.elements();
+  if (cols % 8) c.fail("in", "input '" + in.name + "' has " + std::to_string(cols) + " elements; a matvec input must be a multiple of 8 long");
   const std::string act = c.text("act", "none");
   if (act != "none" && act != "silu_mul") c.fail("act", "act is '" + act + "'; expected none or silu_mul");
   const auto weights = c.tensor_list("weight");
@@ -38,6 +39,11 @@ uint32_t infer(OpCheck& c) {
       c.fail("weight", "gate and up weights must have the same shape");
     rows = act == "silu_mul" ? w->shape[0] : rows + w->shape[0];
   }
+  if (const TensorInfo* norm = c.optional_tensor("norm"); norm && norm->role != schedule::Role::weight)
+    c.fail("norm", "norm '" + norm->name + "' must be a weight");
+  if (const TensorInfo* res = c.optional_tensor("residual");
+      res && (res->role != schedule::Role::activation || res->dtype != schedule::DType::f32))
+    c.fail("residual", "residual '" + res->name + "' must be an f32 activation");
   if (const TensorInfo* norm = c.optional_tensor("norm"); norm && norm->elements() != cols)
     c.fail("norm", "shape mismatch: norm '" + norm->name + "' has " + std::to_string(norm->elements()) +
                        " elements, the input " + std::to_string(cols));

@@ -3,7 +3,8 @@
 
 namespace mk::schedule {
 
-// out[0] = the index of the largest in[i] (the lowest index on ties).
+// out[0] = the index of the largest in[i]: the lowest index on ties; NaN never wins; 0 when
+// no value is above -inf.
 struct ArgmaxPayload {
   uint32_t in;  // f32 [count]
   uint32_t out; // i32 [1]

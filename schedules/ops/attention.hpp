@@ -3,6 +3,10 @@
 
 namespace mk::schedule {
 
+// Limits of the device implementation (registers per lane).
+inline constexpr uint32_t kMaxHeadDim = 128;
+inline constexpr uint32_t kMaxGroup = 8;  // q heads per kv head
+
 enum class RopeScaling : uint32_t { none = 0, llama3 = 1 };
 
 // GQA decode attention over the KV cache for one token, split along the context.

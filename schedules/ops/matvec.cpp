@@ -6,6 +6,7 @@ std::string check_payload(const MatvecPayload& p, const Schedule& s) {
   const std::initializer_list<Role> act = {Role::activation, Role::io};
   if (auto e = expect_tensor(s, p.in, "in", DType::f32, p.cols, act); !e.empty()) return e;
   if (auto e = expect_optional_tensor(s, p.norm, "norm", DType::bf16, p.cols, {Role::weight}); !e.empty()) return e;
+  if (p.cols == 0 || p.cols % 8) return "cols must be a positive multiple of 8 (the device reads 8 bf16 at a time)";
   if (p.weight_count < 1 || p.weight_count > 3) return "weight_count must be 1 to 3";
   if (p.act > static_cast<uint32_t>(MatvecAct::silu_mul)) return "unknown activation";
   const bool silu = p.act == static_cast<uint32_t>(MatvecAct::silu_mul);

@@ -1,0 +1,275 @@
+#include "device/cuda/interpreter.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <sstream>
+#include <vector>
+
+#include "device/cuda/block.cuh"
+#include "device/memory.hpp"
+#include "device/ops/argmax.cuh"
+#include "device/ops/attention.cuh"
+#include "device/ops/attn_reduce.cuh"
+#include "device/ops/embed.cuh"
+#include "device/ops/matvec.cuh"
+#include "schedules/ops.hpp"
+
+namespace mk::device {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw CudaError(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+struct ErrorRecord {
+  uint32_t code;  // 0: none, 1: watchdog
+  uint32_t sm, instruction, task, counter, value, target, pad;
+};
+
+struct KernelParams {
+  const schedule::Instruction* instructions;
+  const uint32_t* sm_offsets;
+  const schedule::Wait* waits;
+  const uint32_t* signals;
+  uint32_t* counters;
+  TensorTable tensors;
+  schedule::StepContext ctx;
+  ErrorRecord* error;
+  uint64_t timeout_ns;
+};
+
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint64_t global_timer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Thread 0 waits for every counter of the instruction; false if the launch is being aborted
+// (this wait timed out, or another SM's did).
+__device__ bool counter_wait(const KernelParams& p, const schedule::Instruction& inst, uint32_t slot) {
+  const uint32_t generation = p.ctx.generation;
+  for (uint32_t k = 0; k < inst.wait_count; ++k) {
+    const schedule::Wait w = p.waits[inst.wait_begin + k];
+    const uint32_t target = w.target * generation;
+    if (load_acquire(p.counters + w.counter) >= target) continue;
+    const uint64_t start = global_timer();
+    uint32_t value;
+    while ((value = load_acquire(p.counters + w.counter)) < target) {
+      if (*static_cast<volatile uint32_t*>(&p.error->code) != 0) return false;
+      if (global_timer() - start > p.timeout_ns) {
+        if (atomicCAS(&p.error->code, 0u, 1u) == 0) {
+          *p.error = ErrorRecord{1, blockIdx.x, slot, inst.task, w.counter, value, target, 0};
+          __threadfence();
+        }
+        return false;
+      }
+      __nanosleep(100);
+    }
+  }
+  return true;
+}
+
+// Publish the block's writes device-wide, then count them.
+__device__ void counter_signal(const KernelParams& p, const schedule::Instruction& inst) {
+  __threadfence();
+  for (uint32_t k = 0; k < inst.signal_count; ++k) atomicAdd(p.counters + p.signals[inst.signal_begin + k], 1u);
+}
+
+__device__ void execute(const schedule::Instruction& inst, const schedule::StepContext& ctx, const TensorTable& mem,
+                        unsigned char* smem) {
+  switch (static_cast<schedule::Opcode>(inst.opcode)) {
+#define MK_OP(name, code, payload)                                       \
+  case schedule::Opcode::name:                                           \
+    gpu_run(schedule::payload_as<schedule::payload>(inst), ctx, mem, smem); \
+    break;
+#include "schedules/op_table.def"
+#undef MK_OP
+    default: break;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) interpreter_kernel(const KernelParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ schedule::Instruction inst;
+  __shared__ bool go;
+  const uint32_t begin = p.sm_offsets[blockIdx.x], end = p.sm_offsets[blockIdx.x + 1];
+  for (uint32_t i = begin; i < end; ++i) {
+    __syncthreads();  // everyone is done with the previous instruction
+    if (threadIdx.x < sizeof(schedule::Instruction) / 4)
+      reinterpret_cast<uint32_t*>(&inst)[threadIdx.x] = reinterpret_cast<const uint32_t*>(p.instructions + i)[threadIdx.x];
+    if (threadIdx.x == 0) go = counter_wait(p, p.instructions[i], i - begin);
+    __syncthreads();
+    if (!go) return;
+    execute(inst, p.ctx, p.tensors, smem);
+    __syncthreads();
+    if (threadIdx.x == 0) counter_signal(p, p.instructions[i]);
+  }
+}
+
+uint32_t instruction_shared_bytes(const schedule::Instruction& inst) {
+  switch (static_cast<schedule::Opcode>(inst.opcode)) {
+    case schedule::Opcode::matvec: return matvec_shared_bytes(schedule::payload_as<schedule::MatvecPayload>(inst));
+    case schedule::Opcode::attention: return attention_shared_bytes(schedule::payload_as<schedule::AttentionPayload>(inst));
+    default: return 2 * kWarps * 4;
+  }
+}
+
+template <class T>
+T* device_copy(const std::vector<T>& v, const char* what) {
+  T* d = nullptr;
+  const size_t bytes = std::max<size_t>(1, v.size()) * sizeof(T);
+  check(cudaMalloc(&d, bytes), what);
+  if (!v.empty()) check(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), what);
+  return d;
+}
+
+}  // namespace
+
+struct CudaExecutor::State {
+  const schedule::Schedule* s = nullptr;
+  ExecutorOptions opt;
+  std::vector<void*> buffers;
+  std::vector<size_t> sizes;
+  KernelParams params{};
+  void** tensor_table = nullptr;
+  ErrorRecord* error = nullptr;
+  uint32_t generation = 0;
+  uint32_t max_target = 1;
+  uint32_t shared = 0;
+  cudaStream_t stream = nullptr;
+
+  void reset_counters() {
+    check(cudaMemsetAsync(params.counters, 0, std::max<size_t>(1, s->counter_count) * 4, stream), "counter reset");
+    check(cudaMemsetAsync(error, 0, sizeof(ErrorRecord), stream), "error reset");
+    check(cudaStreamSynchronize(stream), "counter reset");
+    generation = 0;
+  }
+};
+
+int cuda_device_sm_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    return 0;
+  }
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) return 0;
+  return sms;
+}
+
+CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& opt) : st_(std::make_unique<State>()) {
+  st_->s = &s;
+  st_->opt = opt;
+  const int sms = cuda_device_sm_count();
+  if (sms == 0) throw CudaError("no usable CUDA GPU");
+  if (opt.exact_sm_count ? s.sm_count != static_cast<uint32_t>(sms) : s.sm_count > static_cast<uint32_t>(sms)) {
+    std::ostringstream o;
+    o << "the schedule was planned for " << s.sm_count << " SMs but this GPU has " << sms << "; re-plan with mkplan --sms "
+      << sms;
+    throw CudaError(o.str());
+  }
+  for (const schedule::Instruction& inst : s.instructions) st_->shared = std::max(st_->shared, instruction_shared_bytes(inst));
+  for (const schedule::Wait& w : s.waits) st_->max_target = std::max(st_->max_target, w.target);
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  if (st_->shared > prop.sharedMemPerBlockOptin)
+    throw CudaError("the schedule needs " + std::to_string(st_->shared) + " bytes of shared memory per block; the GPU allows " +
+                    std::to_string(prop.sharedMemPerBlockOptin));
+  check(cudaFuncSetAttribute(interpreter_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(st_->shared)),
+        "cudaFuncSetAttribute");
+  int blocks = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, interpreter_kernel, kThreads, st_->shared), "occupancy");
+  if (blocks < 1) throw CudaError("the interpreter cannot be resident on an SM with this shared memory size");
+  check(cudaStreamCreateWithFlags(&st_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+
+  st_->buffers.assign(s.tensors.size(), nullptr);
+  st_->sizes.assign(s.tensors.size(), 0);
+  for (size_t i = 0; i < s.tensors.size(); ++i) {
+    const schedule::Tensor& t = s.tensors[i];
+    const size_t n = t.elements() * (t.role == schedule::Role::kv_cache ? opt.max_context : 1);
+    st_->sizes[i] = n * schedule::dtype_bytes(t.dtype);
+    check(cudaMalloc(&st_->buffers[i], st_->sizes[i]), ("cudaMalloc for " + t.name).c_str());
+    if (t.role != schedule::Role::weight)  // poison: all-ones bytes are NaN in f32 and bf16
+      check(cudaMemset(st_->buffers[i], 0xff, st_->sizes[i]), "poison");
+  }
+  st_->tensor_table = device_copy(st_->buffers, "tensor table");
+  KernelParams& p = st_->params;
+  p.instructions = device_copy(s.instructions, "instructions");
+  p.sm_offsets = device_copy(s.sm_offsets, "sm_offsets");
+  p.waits = device_copy(s.waits, "waits");
+  p.signals = device_copy(s.signals, "signals");
+  check(cudaMalloc(&p.counters, std::max<size_t>(1, s.counter_count) * 4), "counters");
+  check(cudaMalloc(&st_->error, sizeof(ErrorRecord)), "error record");
+  p.tensors = TensorTable{st_->tensor_table, static_cast<uint32_t>(s.tensors.size())};
+  p.error = st_->error;
+  p.timeout_ns = static_cast<uint64_t>(opt.watchdog_seconds * 1e9);
+  st_->reset_counters();
+}
+
+CudaExecutor::~CudaExecutor() {
+  // Errors are ignored here: a destructor cannot report them and the process may be exiting.
+  for (void* b : st_->buffers) cudaFree(b);
+  cudaFree(st_->tensor_table);
+  cudaFree(const_cast<schedule::Instruction*>(st_->params.instructions));
+  cudaFree(const_cast<uint32_t*>(st_->params.sm_offsets));
+  cudaFree(const_cast<schedule::Wait*>(st_->params.waits));
+  cudaFree(const_cast<uint32_t*>(st_->params.signals));
+  cudaFree(st_->params.counters);
+  cudaFree(st_->error);
+  if (st_->stream) cudaStreamDestroy(st_->stream);
+}
+
+void CudaExecutor::upload(uint32_t tensor, const void* data, size_t bytes) {
+  if (tensor >= st_->buffers.size() || bytes != st_->sizes[tensor]) throw CudaError("upload: size mismatch");
+  check(cudaMemcpy(st_->buffers[tensor], data, bytes, cudaMemcpyHostToDevice), "upload");
+}
+
+void CudaExecutor::download(uint32_t tensor, void* data, size_t bytes) const {
+  if (tensor >= st_->buffers.size() || bytes > st_->sizes[tensor]) throw CudaError("download: size mismatch");
+  check(cudaStreamSynchronize(st_->stream), "download");
+  check(cudaMemcpy(data, st_->buffers[tensor], bytes, cudaMemcpyDeviceToHost), "download");
+}
+
+size_t CudaExecutor::tensor_bytes(uint32_t tensor) const { return st_->sizes.at(tensor); }
+
+uint32_t CudaExecutor::shared_bytes() const { return st_->shared; }
+
+void CudaExecutor::launch(uint32_t token, uint32_t pos) {
+  if (pos >= st_->opt.max_context)
+    throw CudaError("position " + std::to_string(pos) + " is beyond the KV cache (" + std::to_string(st_->opt.max_context) + ")");
+  // Monotonic counters: targets scale with the generation; zero them before they could wrap.
+  if (uint64_t{st_->generation + 1} * st_->max_target >= 0xffffffffull) st_->reset_counters();
+  KernelParams p = st_->params;
+  p.ctx = schedule::StepContext{pos, token, st_->opt.max_context, ++st_->generation};
+  interpreter_kernel<<<st_->s->sm_count, kThreads, st_->shared, st_->stream>>>(p);
+  check(cudaGetLastError(), "interpreter launch");
+}
+
+void CudaExecutor::finish() {
+  check(cudaStreamSynchronize(st_->stream), "interpreter");
+  ErrorRecord e{};
+  check(cudaMemcpy(&e, st_->error, sizeof e, cudaMemcpyDeviceToHost), "error record");
+  if (e.code == 0) return;
+  st_->reset_counters();
+  const schedule::Schedule& s = *st_->s;
+  const schedule::Instruction& inst = s.instructions[s.sm_offsets[e.sm] + e.instruction];
+  std::ostringstream o;
+  o << "watchdog: SM " << e.sm << " instruction " << e.instruction << " (task " << e.task << ", op '"
+    << s.ops[inst.op].name << "') waited more than " << st_->opt.watchdog_seconds << " s for counter " << e.counter
+    << " to reach " << e.target << "; it is " << e.value;
+  throw WatchdogError(o.str(), WatchdogReport{e.sm, e.instruction, e.task, e.counter, e.value, e.target});
+}
+
+void CudaExecutor::step(uint32_t token, uint32_t pos) {
+  launch(token, pos);
+  finish();
+}
+
+}  // namespace mk::device

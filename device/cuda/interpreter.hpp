@@ -1,0 +1,62 @@
+// The persistent CUDA interpreter: one block per SM walks that SM's instruction queue.
+// Host-side interface (no CUDA headers), used by the CUDA backend and the GPU tests.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "schedules/schedule.hpp"
+
+namespace mk::device {
+
+struct CudaError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// What a failed launch reports: the first wait that timed out.
+struct WatchdogReport {
+  uint32_t sm = 0, instruction = 0, task = 0, counter = 0, value = 0, target = 0;
+};
+
+struct WatchdogError : CudaError {
+  WatchdogReport report;
+  WatchdogError(const std::string& what, const WatchdogReport& r) : CudaError(what), report(r) {}
+};
+
+struct ExecutorOptions {
+  uint32_t max_context = 2048;
+  double watchdog_seconds = 1.0;  // a wait longer than this aborts the launch with a report
+  bool exact_sm_count = true;     // refuse a schedule planned for another SM count
+};
+
+// Device memory for one schedule: instruction arrays, counters, and a buffer per tensor
+// (activations and kv caches poisoned with NaN). Weights are uploaded by the caller.
+class CudaExecutor {
+ public:
+  CudaExecutor(const schedule::Schedule&, const ExecutorOptions&);
+  ~CudaExecutor();
+  CudaExecutor(const CudaExecutor&) = delete;
+  CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+  void upload(uint32_t tensor, const void* data, size_t bytes);
+  void download(uint32_t tensor, void* data, size_t bytes) const;
+  size_t tensor_bytes(uint32_t tensor) const;
+
+  // Launches one decode step and waits for it. Throws WatchdogError (after which the executor
+  // has reset its counters and stays usable) or CudaError.
+  void step(uint32_t token, uint32_t pos);
+  // Launches without waiting; finish() waits and checks.
+  void launch(uint32_t token, uint32_t pos);
+  void finish();
+
+  uint32_t shared_bytes() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> st_;
+};
+
+int cuda_device_sm_count();  // 0 when there is no usable GPU
+
+}  // namespace mk::device

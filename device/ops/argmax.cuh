@@ -1,0 +1,41 @@
+#pragma once
+#include "device/cuda/block.cuh"
+#include "device/memory.hpp"
+#include "schedules/ops/argmax.hpp"
+
+namespace mk::device {
+
+namespace detail {
+// (value, index) order: larger value first, then lower index.
+__device__ __forceinline__ bool argmax_better(float v, uint32_t i, float bv, uint32_t bi) {
+  return v > bv || (v == bv && i < bi);
+}
+}  // namespace detail
+
+__device__ inline void gpu_run(const schedule::ArgmaxPayload& p, const schedule::StepContext&, const TensorTable& mem,
+                               unsigned char* smem) {
+  const float* in = mem.at<const float>(p.in);
+  float best = -INFINITY;
+  uint32_t index = 0xffffffffu;
+  for (uint32_t i = threadIdx.x; i < p.count; i += blockDim.x) {
+    const float v = load_activation(in + i);
+    if (detail::argmax_better(v, i, best, index)) best = v, index = i;  // NaN never compares better
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    const uint32_t oi = __shfl_xor_sync(0xffffffffu, index, o);
+    if (detail::argmax_better(ov, oi, best, index)) best = ov, index = oi;
+  }
+  float* values = reinterpret_cast<float*>(smem);
+  uint32_t* indices = reinterpret_cast<uint32_t*>(values + kWarps);
+  if (threadIdx.x % 32 == 0) values[threadIdx.x / 32] = best, indices[threadIdx.x / 32] = index;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (uint32_t w = 1; w < kWarps; ++w)
+      if (detail::argmax_better(values[w], indices[w], best, index)) best = values[w], index = indices[w];
+    *mem.at<int32_t>(p.out) = index == 0xffffffffu ? 0 : static_cast<int32_t>(index);
+  }
+}
+
+}  // namespace mk::device

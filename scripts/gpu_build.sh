@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Builds the CUDA binaries here (Hopper, sm_90a, static CUDA runtime and yaml-cpp) and copies
+# them to out/gpu-bin, the folder a GPU-machine call carries.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/cuda/bin"
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMK_CUDA=ON >/dev/null
+cmake --build build-gpu -j"$(nproc)" --target mkplan mkrun mkweights mk_gpu_tests
+mkdir -p out/gpu-bin
+cp build-gpu/mkplan build-gpu/mkrun build-gpu/mkweights build-gpu/mk_gpu_tests out/gpu-bin/
+du -sh out/gpu-bin

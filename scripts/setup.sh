@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian packages), then configures and builds into build/.
+# CUDA is used when nvcc is found; set MK_CUDA=OFF to skip it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+packages=(cmake g++ make libyaml-cpp-dev libboost-graph-dev libcli11-dev doctest-dev nlohmann-json3-dev graphviz)
+missing=()
+for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH="$PATH:/usr/local/cuda/bin"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMK_CUDA="${MK_CUDA:-ON}" >/dev/null
+cmake --build build -j"$(nproc)"

@@ -1,0 +1,577 @@
+// The planner's output, checked from first principles on the example models: tasks, counters,
+// waits, edges, queue order and policies; then the verifier's refusals of hand-broken
+// schedules, the DOT output and the size of a real plan.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "dsl/model.hpp"
+#include "planner/plan.hpp"
+#include "schedules/ops.hpp"
+#include "schedules/schedule.hpp"
+
+using mk::planner::Plan;
+using mk::planner::PlanError;
+using mk::planner::PlanOptions;
+using mk::planner::Policy;
+using mk::schedule::Instruction;
+using mk::schedule::Schedule;
+
+namespace {
+
+// Models parsed once; a Plan points into its ModelGraph, so the graphs must stay put.
+const mk::dsl::ModelGraph& example(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<mk::dsl::ModelGraph>> cache;
+  auto& slot = cache[name];
+  if (!slot)
+    slot = std::make_unique<mk::dsl::ModelGraph>(mk::dsl::parse_file(std::string(MK_SOURCE_DIR "/examples/") + name + ".yaml"));
+  return *slot;
+}
+
+Plan make_plan(const std::string& name, uint32_t sms, Policy policy = Policy::round_robin) {
+  PlanOptions o;
+  o.sm_count = sms;
+  o.policy = policy;
+  return mk::planner::plan(example(name), o);
+}
+
+// signalers[c]: the tasks that signal counter c (from the plan's tasks).
+std::vector<std::vector<uint32_t>> signalers_of(const Plan& p) {
+  std::vector<std::vector<uint32_t>> s(p.counters.size());
+  for (uint32_t t = 0; t < p.tasks.size(); ++t)
+    for (uint32_t c : p.tasks[t].signals) s[c].push_back(t);
+  return s;
+}
+
+// implied[c]: every counter certainly complete once counter c is complete, following the waits
+// of c's signalers; computed independently of the planner's bitsets.
+std::vector<std::set<uint32_t>> implied_counters(const Plan& p) {
+  const auto sig = signalers_of(p);
+  std::vector<std::set<uint32_t>> implied(p.counters.size());
+  std::vector<int> state(p.counters.size(), 0);  // 0 new, 1 in progress, 2 done
+  auto visit = [&](auto&& self, uint32_t c) -> void {
+    REQUIRE(state[c] != 1);  // a cycle among counters would be a planner bug
+    if (state[c] == 2) return;
+    state[c] = 1;
+    implied[c].insert(c);
+    for (uint32_t t : sig[c])
+      for (const mk::schedule::Wait& w : p.tasks[t].waits) {
+        self(self, w.counter);
+        implied[c].insert(implied[w.counter].begin(), implied[w.counter].end());
+      }
+    state[c] = 2;
+  };
+  for (uint32_t c = 0; c < p.counters.size(); ++c) visit(visit, c);
+  return implied;
+}
+
+// Every structural property of a plan, checked without trusting the planner's own passes.
+void check_plan(const Plan& p, uint32_t sms, Policy policy) {
+  const Schedule& s = p.schedule;
+  const uint32_t n = static_cast<uint32_t>(p.tasks.size());
+  REQUIRE(s.sm_count == sms);
+  REQUIRE(s.task_count == n);
+  REQUIRE(s.sm_offsets.size() == sms + 1);
+  REQUIRE(s.counter_count == p.counters.size());
+
+  // Every task appears exactly once across the queues, on the SM its Task records.
+  std::vector<uint32_t> seen(n, 0), sm_of(n, 0), slot_of(n, 0);
+  for (uint32_t sm = 0; sm < sms; ++sm)
+    for (uint32_t i = s.sm_offsets[sm]; i < s.sm_offsets[sm + 1]; ++i) {
+      const uint32_t t = s.instructions[i].task;
+      REQUIRE(t < n);
+      ++seen[t];
+      sm_of[t] = sm;
+      slot_of[t] = i - s.sm_offsets[sm];
+      CHECK(p.tasks[t].sm == sm);
+      CHECK(s.instructions[i].op == p.tasks[t].op);
+      CHECK(s.instructions[i].opcode == static_cast<uint16_t>(p.program.ops[p.tasks[t].op].opcode));
+    }
+  CHECK(std::count(seen.begin(), seen.end(), 1u) == static_cast<long>(n));
+  CHECK(s.instructions.size() == n);
+
+  // Ops own contiguous task ranges in the schedule's op table.
+  uint32_t first = 0;
+  for (uint32_t o = 0; o < s.ops.size(); ++o) {
+    CHECK(s.ops[o].task_begin == first);
+    CHECK(s.ops[o].task_count == p.program.ops[o].split);
+    for (uint32_t t = first; t < first + s.ops[o].task_count; ++t) CHECK(p.tasks[t].op == o);
+    first += s.ops[o].task_count;
+  }
+  CHECK(first == n);
+
+  // Counter targets: the number of instructions that signal each counter.
+  std::vector<uint32_t> signal_count(s.counter_count, 0);
+  for (const Instruction& inst : s.instructions)
+    for (uint32_t c : s.signals_of(inst)) ++signal_count[c];
+  for (uint32_t c = 0; c < s.counter_count; ++c) {
+    INFO("counter ", c);
+    CHECK(p.counters[c].target == signal_count[c]);
+    CHECK(p.counters[c].target > 0);
+  }
+  // Every wait's target is its counter's target.
+  for (const Instruction& inst : s.instructions)
+    for (const mk::schedule::Wait& w : s.waits_of(inst)) {
+      REQUIRE(w.counter < s.counter_count);
+      CHECK(w.target == p.counters[w.counter].target);
+    }
+  // The instruction's waits and signals are the task's.
+  for (const Instruction& inst : s.instructions) {
+    const auto& task = p.tasks[inst.task];
+    const auto waits = s.waits_of(inst);
+    REQUIRE(waits.size() == task.waits.size());
+    for (size_t k = 0; k < waits.size(); ++k) CHECK(waits[k].counter == task.waits[k].counter);
+    const auto signals = s.signals_of(inst);
+    CHECK(std::vector<uint32_t>(signals.begin(), signals.end()) == task.signals);
+  }
+
+  // The edges are exactly the read-after-write overlaps between tasks.
+  std::set<std::pair<uint32_t, uint32_t>> edges(p.edges.begin(), p.edges.end());
+  CHECK(edges.size() == p.edges.size());
+  std::set<std::pair<uint32_t, uint32_t>> expected;
+  for (uint32_t c = 0; c < n; ++c)
+    for (const auto& r : p.tasks[c].spec.reads)
+      for (uint32_t pr = 0; pr < n; ++pr) {
+        const auto& w = p.tasks[pr].spec.write;
+        if (w.tensor == r.tensor && w.begin < r.end && r.begin < w.end) expected.insert({pr, c});
+      }
+  CHECK(edges == expected);
+
+  // Every edge is covered: each counter of the producer's op whose chunk the producer writes and
+  // the consumer reads is one the consumer waits on, or is implied by one it waits on.
+  const auto implied = implied_counters(p);
+  for (const auto& [pr, c] : p.edges) {
+    const uint32_t op = p.tasks[pr].op;
+    const uint32_t out = p.program.ops[op].out;
+    const uint64_t chunk = p.program.tensors[out].elements() / p.program.ops[op].chunks;
+    const auto& w = p.tasks[pr].spec.write;
+    std::set<uint32_t> covered;
+    for (const auto& wt : p.tasks[c].waits) covered.insert(implied[wt.counter].begin(), implied[wt.counter].end());
+    bool any = false;
+    for (uint32_t k = 0; k < p.counters.size(); ++k) {
+      if (p.counters[k].op != op) continue;
+      const uint64_t b = p.counters[k].chunk * chunk, e = b + chunk;
+      if (!(w.begin < e && b < w.end)) continue;  // the producer does not write this chunk
+      bool read = false;
+      for (const auto& r : p.tasks[c].spec.reads) read |= r.tensor == out && r.begin < e && b < r.end && r.begin < w.end && w.begin < r.end;
+      if (!read) continue;
+      any = true;
+      INFO("edge ", pr, " -> ", c, ", counter ", k);
+      CHECK(covered.count(k) == 1);
+      CHECK(std::find(p.tasks[pr].signals.begin(), p.tasks[pr].signals.end(), k) != p.tasks[pr].signals.end());
+    }
+    INFO("edge ", pr, " -> ", c);
+    CHECK(any);
+  }
+
+  // No task waits on two counters where one implies the other.
+  for (uint32_t t = 0; t < n; ++t)
+    for (const auto& a : p.tasks[t].waits)
+      for (const auto& b : p.tasks[t].waits) {
+        if (a.counter == b.counter) continue;
+        INFO("task ", t, " waits on counters ", a.counter, " and ", b.counter);
+        CHECK(implied[a.counter].count(b.counter) == 0);
+      }
+
+  // One topological order (of edges, waits and queue order) in which every queue increases:
+  // Kahn's algorithm must order every task.
+  std::vector<std::vector<uint32_t>> succ(n);
+  const auto sig = signalers_of(p);
+  for (const auto& [pr, c] : p.edges) succ[pr].push_back(c);
+  for (uint32_t t = 0; t < n; ++t)
+    for (const auto& w : p.tasks[t].waits)
+      for (uint32_t pr : sig[w.counter]) succ[pr].push_back(t);
+  for (uint32_t sm = 0; sm < sms; ++sm)
+    for (uint32_t i = s.sm_offsets[sm] + 1; i < s.sm_offsets[sm + 1]; ++i)
+      succ[s.instructions[i - 1].task].push_back(s.instructions[i].task);
+  std::vector<uint32_t> indegree(n, 0), order;
+  for (const auto& v : succ)
+    for (uint32_t t : v) ++indegree[t];
+  for (uint32_t t = 0; t < n; ++t)
+    if (!indegree[t]) order.push_back(t);
+  for (size_t k = 0; k < order.size(); ++k)
+    for (uint32_t t : succ[order[k]])
+      if (--indegree[t] == 0) order.push_back(t);
+  CHECK(order.size() == n);
+  std::vector<uint32_t> position(n);
+  for (uint32_t k = 0; k < order.size(); ++k) position[order[k]] = k;
+  for (uint32_t sm = 0; sm < sms; ++sm)
+    for (uint32_t i = s.sm_offsets[sm] + 1; i < s.sm_offsets[sm + 1]; ++i)
+      CHECK(position[s.instructions[i - 1].task] < position[s.instructions[i].task]);
+
+  if (policy == Policy::round_robin) {
+    for (uint32_t t = 0; t < n; ++t) {
+      CHECK(sm_of[t] == t % sms);
+      CHECK(slot_of[t] == t / sms);
+    }
+  }
+  CHECK(p.stats.critical_path_us > 0);
+  CHECK(p.stats.critical_path_tasks >= 1);
+
+  // The verifier accepts it, and so does the schedule validator.
+  CHECK_NOTHROW(mk::planner::verify(s, p.edges));
+  CHECK_NOTHROW(mk::schedule::validate(s));
+}
+
+std::vector<double> bytes_per_sm(const Plan& p) {
+  std::vector<double> b(p.schedule.sm_count, 0);
+  for (const auto& t : p.tasks) b[t.sm] += t.spec.bytes;
+  return b;
+}
+
+// Runs verify and returns its refusal message ("" if it accepted).
+std::string refusal(const Schedule& s, const std::vector<std::pair<uint32_t, uint32_t>>& edges) {
+  try {
+    mk::planner::verify(s, edges);
+  } catch (const PlanError& e) {
+    return e.what();
+  }
+  return {};
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("planner: tiny models, several SM counts, both policies") {
+  for (const std::string name : {"tiny-llama", "tiny-qwen3"})
+    for (uint32_t sms : {1u, 3u, 8u, 132u})
+      for (Policy policy : {Policy::round_robin, Policy::critical_path}) {
+        CAPTURE(name);
+        CAPTURE(sms);
+        const std::string policy_name = mk::planner::policy_name(policy);
+        CAPTURE(policy_name);
+        const Plan p = make_plan(name, sms, policy);
+        CHECK(p.policy == policy);
+        check_plan(p, sms, policy);
+      }
+}
+
+TEST_CASE("planner: tiny-llama task and counter counts") {
+  const Plan p = make_plan("tiny-llama", 8);
+  // embed 4 + 3 layers x (12 + 4 + 4 + 8 + 8 + 8) + LM head 8 + argmax 1
+  CHECK(p.tasks.size() == 4 + 3 * 44 + 8 + 1);
+  // one counter per chunk: embed 1, per layer 3 + 2 + 1 + 1 + 1 + 4, LM head 1, argmax 1
+  CHECK(p.counters.size() == 1 + 3 * 12 + 1 + 1);
+  CHECK(p.program.ops.size() == 1 + 3 * 6 + 2);
+  // The LM head (8 tasks, one chunk) is what the argmax waits for.
+  const auto& argmax = p.tasks.back();
+  REQUIRE(argmax.waits.size() == 1);
+  CHECK(argmax.waits[0].target == 8);
+}
+
+TEST_CASE("planner: transitive wait reduction") {
+  const Plan p = make_plan("tiny-llama", 8);
+  CHECK(p.stats.waits_removed > 0);
+  uint32_t full = 0, kept = 0;
+  for (const auto& t : p.tasks) {
+    full += t.full_wait_count;
+    kept += static_cast<uint32_t>(t.waits.size());
+    CHECK(t.waits.size() <= t.full_wait_count);
+  }
+  CHECK(full - kept == p.stats.waits_removed);
+  // The o projection reads attn (from attn_reduce) and its residual x0 (from embed): waiting
+  // for attn implies x0 is complete, so no o-projection task waits on an embed counter.
+  for (const auto& t : p.tasks) {
+    const auto& op = p.program.ops[t.op];
+    if (op.name != "h0") continue;
+    for (const auto& w : t.waits) CHECK(p.program.ops[p.counters[w.counter].op].name != "x0");
+  }
+}
+
+TEST_CASE("planner: bytes per SM are balanced under both policies") {
+  for (const std::string name : {"tiny-llama", "tiny-qwen3"})
+    for (uint32_t sms : {1u, 3u, 8u, 132u})
+      for (Policy policy : {Policy::round_robin, Policy::critical_path}) {
+        CAPTURE(name);
+        CAPTURE(sms);
+        const std::string policy_name = mk::planner::policy_name(policy);
+        CAPTURE(policy_name);
+        const Plan p = make_plan(name, sms, policy);
+        CHECK_NOTHROW(mk::planner::verify(p.schedule, p.edges));
+        const auto b = bytes_per_sm(p);
+        const double mean = std::accumulate(b.begin(), b.end(), 0.0) / b.size();
+        const double max = *std::max_element(b.begin(), b.end());
+        double largest = 0;
+        for (const auto& t : p.tasks) largest = std::max(largest, t.spec.bytes);
+        INFO(name, " at ", sms, " SMs, ", policy_name, ": max ", max, " bytes per SM, mean ", mean,
+                ", largest task ", largest, ", critical path ", p.stats.critical_path_us, " us");
+        // Within 2x of the mean; where a single task is already above that (a tiny model on 132
+        // SMs has about one task per SM), no SM may hold more than that one task's worth.
+        CHECK(max <= std::max(2 * mean, largest));
+      }
+}
+
+TEST_CASE("planner: the critical-path policy uses every SM of a real model") {
+  // llama-3.2-1b has about 80 tasks per SM at 132 SMs; an SM left without work is lost bandwidth.
+  const Plan p = make_plan("llama-3.2-1b", 132, Policy::critical_path);
+  CHECK_NOTHROW(mk::planner::verify(p.schedule, p.edges));
+  const auto b = bytes_per_sm(p);
+  const double mean = std::accumulate(b.begin(), b.end(), 0.0) / b.size();
+  uint32_t idle = 0;
+  for (uint32_t sm = 0; sm < 132; ++sm) idle += p.schedule.sm_offsets[sm + 1] == p.schedule.sm_offsets[sm];
+  MESSAGE("llama-3.2-1b critical-path at 132 SMs: ", idle, " SMs without work; bytes per SM min ",
+          *std::min_element(b.begin(), b.end()), " max ", *std::max_element(b.begin(), b.end()), " mean ", mean);
+  CHECK(idle == 0);
+  CHECK(*std::max_element(b.begin(), b.end()) <= 2 * mean);
+  CHECK(*std::min_element(b.begin(), b.end()) >= 0.5 * mean);
+}
+
+TEST_CASE("planner: the policies agree on everything but the queues") {
+  const Plan rr = make_plan("tiny-qwen3", 8, Policy::round_robin);
+  const Plan cp = make_plan("tiny-qwen3", 8, Policy::critical_path);
+  REQUIRE(rr.tasks.size() == cp.tasks.size());
+  CHECK(rr.edges == cp.edges);
+  REQUIRE(rr.counters.size() == cp.counters.size());
+  for (size_t c = 0; c < rr.counters.size(); ++c) CHECK(rr.counters[c].target == cp.counters[c].target);
+  CHECK(rr.stats.critical_path_us == doctest::Approx(cp.stats.critical_path_us));
+  CHECK(rr.stats.waits_removed == cp.stats.waits_removed);
+}
+
+TEST_CASE("planner: policy names and bad SM counts") {
+  CHECK(mk::planner::policy_by_name("round-robin") == Policy::round_robin);
+  CHECK(mk::planner::policy_by_name("critical-path") == Policy::critical_path);
+  CHECK_THROWS_AS(mk::planner::policy_by_name("random"), std::invalid_argument);
+  PlanOptions o;
+  o.sm_count = 0;
+  CHECK_THROWS_AS(mk::planner::plan(example("tiny-llama"), o), std::invalid_argument);
+  o.sm_count = 5000;
+  CHECK_THROWS_AS(mk::planner::plan(example("tiny-llama"), o), std::invalid_argument);
+}
+
+// ---- verifier refusals ----
+
+TEST_CASE("verifier: a wait target raised by one can never be met") {
+  const Plan p = make_plan("tiny-llama", 8);
+  Schedule s = p.schedule;
+  REQUIRE(refusal(s, p.edges).empty());
+  // The first instruction with a wait.
+  const auto it = std::find_if(s.instructions.begin(), s.instructions.end(), [](const Instruction& i) { return i.wait_count > 0; });
+  REQUIRE(it != s.instructions.end());
+  mk::schedule::Wait& w = s.waits[it->wait_begin];
+  ++w.target;
+  const std::string why = refusal(s, p.edges);
+  INFO(why);
+  CHECK(contains(why, "can never be met"));
+  CHECK(contains(why, "task " + std::to_string(it->task) + " "));
+  CHECK(contains(why, "counter " + std::to_string(w.counter) + " "));
+  CHECK(contains(why, "to reach " + std::to_string(w.target)));
+}
+
+TEST_CASE("verifier: a wait target lowered by one could pass early") {
+  const Plan p = make_plan("tiny-llama", 8);
+  Schedule s = p.schedule;
+  // A wait whose counter has several signalers (the target stays positive).
+  uint32_t inst = mk::schedule::kNone;
+  for (uint32_t i = 0; i < s.instructions.size() && inst == mk::schedule::kNone; ++i)
+    if (s.instructions[i].wait_count > 0 && s.waits[s.instructions[i].wait_begin].target >= 2) inst = i;
+  REQUIRE(inst != mk::schedule::kNone);
+  mk::schedule::Wait& w = s.waits[s.instructions[inst].wait_begin];
+  --w.target;
+  const std::string why = refusal(s, p.edges);
+  INFO(why);
+  CHECK(contains(why, "could pass"));
+  CHECK(contains(why, "task " + std::to_string(s.instructions[inst].task) + " "));
+  CHECK(contains(why, "counter " + std::to_string(w.counter) + " "));
+}
+
+TEST_CASE("verifier: a consumer before its producer on one SM is a deadlock") {
+  const Plan p = make_plan("tiny-llama", 1);
+  Schedule s = p.schedule;
+  const uint32_t n = static_cast<uint32_t>(s.instructions.size());
+  // On one SM the queue is the task order; the last two are the LM head's last task and the argmax
+  // that waits for the LM head's counter. Swap them, adjusting nothing else.
+  const uint32_t producer = n - 2, consumer = n - 1;
+  REQUIRE(s.instructions[producer].task == producer);
+  REQUIRE(s.instructions[consumer].task == consumer);
+  REQUIRE(s.instructions[consumer].wait_count == 1);
+  const uint32_t counter = s.waits[s.instructions[consumer].wait_begin].counter;
+  const auto sig = s.signals_of(s.instructions[producer]);
+  REQUIRE(std::find(sig.begin(), sig.end(), counter) != sig.end());
+  std::swap(s.instructions[producer], s.instructions[consumer]);
+  const std::string why = refusal(s, p.edges);
+  INFO(why);
+  CHECK(contains(why, "deadlock: a cycle of 2 instructions"));
+  CHECK(contains(why, "task " + std::to_string(consumer) + " (op 'next_token', SM 0 instruction " + std::to_string(n - 2) + ")"));
+  CHECK(contains(why, "task " + std::to_string(producer) + " (op 'logits', SM 0 instruction " + std::to_string(n - 1) + ")"));
+  CHECK(contains(why, "runs after"));
+  CHECK(contains(why, "waits for counter " + std::to_string(counter)));
+  CHECK(contains(why, "signals"));
+}
+
+TEST_CASE("verifier: a longer deadlock cycle through several instructions") {
+  const Plan p = make_plan("tiny-llama", 1);
+  Schedule s = p.schedule;
+  // Move the argmax to the front of the only queue: it waits for the LM head, which now runs
+  // (through the whole queue) after it.
+  std::rotate(s.instructions.begin(), s.instructions.end() - 1, s.instructions.end());
+  const std::string why = refusal(s, p.edges);
+  INFO(why);
+  CHECK(contains(why, "deadlock: a cycle of"));
+  CHECK(contains(why, "op 'next_token', SM 0 instruction 0"));
+}
+
+TEST_CASE("verifier: a dropped wait is a missing dependency") {
+  const Plan p = make_plan("tiny-llama", 8);
+  SUBCASE("the argmax's only wait") {
+    Schedule s = p.schedule;
+    const uint32_t argmax = static_cast<uint32_t>(p.tasks.size() - 1);
+    auto it = std::find_if(s.instructions.begin(), s.instructions.end(), [&](const Instruction& i) { return i.task == argmax; });
+    REQUIRE(it != s.instructions.end());
+    REQUIRE(it->wait_count == 1);
+    it->wait_count = 0;
+    const std::string why = refusal(s, p.edges);
+    INFO(why);
+    CHECK(contains(why, "missing dependency"));
+    CHECK(contains(why, "task " + std::to_string(argmax) + " (op 'next_token'"));
+    CHECK(contains(why, "op 'logits'"));
+  }
+  SUBCASE("one wait of a consumer with several") {
+    Schedule s = p.schedule;
+    const auto sig = signalers_of(p);
+    bool done = false;
+    for (Instruction& inst : s.instructions) {
+      if (inst.wait_count < 2) continue;
+      // Drop the first wait if one of its signalers is on another SM (so queue order cannot cover it).
+      const uint32_t c = s.waits[inst.wait_begin].counter;
+      const bool elsewhere = std::any_of(sig[c].begin(), sig[c].end(), [&](uint32_t t) { return p.tasks[t].sm != p.tasks[inst.task].sm; });
+      if (!elsewhere) continue;
+      ++inst.wait_begin;
+      --inst.wait_count;
+      const std::string why = refusal(s, p.edges);
+      INFO(why);
+      CHECK(contains(why, "missing dependency: task " + std::to_string(inst.task) + " "));
+      done = true;
+      break;
+    }
+    CHECK(done);
+  }
+}
+
+TEST_CASE("verifier: every task exactly once") {
+  const Plan p = make_plan("tiny-llama", 8);
+  SUBCASE("a duplicated task") {
+    Schedule s = p.schedule;
+    const Instruction copy = s.instructions.front();
+    s.instructions.push_back(copy);
+    ++s.sm_offsets.back();
+    const std::string why = refusal(s, p.edges);
+    INFO(why);
+    CHECK(contains(why, "task " + std::to_string(copy.task) + " is scheduled twice"));
+    CHECK(contains(why, "SM " + std::to_string(s.sm_count - 1)));
+  }
+  SUBCASE("a task given another's id") {
+    Schedule s = p.schedule;
+    s.instructions[s.sm_offsets[1]].task = s.instructions[0].task;
+    const std::string why = refusal(s, p.edges);
+    INFO(why);
+    CHECK(contains(why, "task " + std::to_string(s.instructions[0].task) + " is scheduled twice"));
+  }
+  SUBCASE("a removed task") {
+    Schedule s = p.schedule;
+    // Remove the last instruction of SM 0's queue.
+    const uint32_t at = s.sm_offsets[1] - 1;
+    const uint32_t task = s.instructions[at].task;
+    s.instructions.erase(s.instructions.begin() + at);
+    for (uint32_t sm = 1; sm <= s.sm_count; ++sm) --s.sm_offsets[sm];
+    const std::string why = refusal(s, p.edges);
+    INFO(why);
+    CHECK(contains(why, "task " + std::to_string(task) + " is on no SM's queue"));
+  }
+}
+
+TEST_CASE("verifier: a required edge the waits do not cover") {
+  // An extra required edge between two independent tasks (two embed tasks) on different SMs.
+  const Plan p = make_plan("tiny-llama", 8);
+  auto edges = p.edges;
+  edges.emplace_back(0, 1);
+  const std::string why = refusal(p.schedule, edges);
+  INFO(why);
+  CHECK(contains(why, "missing dependency: task 1 (op 'x0', SM 1 instruction 0) reads what task 0 (op 'x0', SM 0"));
+  // On one SM the queue order covers it.
+  const Plan one = make_plan("tiny-llama", 1);
+  auto edges1 = one.edges;
+  edges1.emplace_back(0, 1);
+  CHECK(refusal(one.schedule, edges1).empty());
+}
+
+// ---- DOT ----
+
+TEST_CASE("planner: DOT at op and task level") {
+  const Plan p = make_plan("tiny-llama", 8);
+  const std::regex counter_label("c[0-9]+ = [0-9]+");
+  std::string texts[2];
+  int k = 0;
+  for (auto level : {mk::planner::DotLevel::op, mk::planner::DotLevel::task}) {
+    std::ostringstream out;
+    mk::planner::write_dot(p, out, level);
+    const std::string dot = out.str();
+    CHECK(dot.rfind("digraph", 0) == 0);
+    CHECK(contains(dot, "cluster_layer0"));
+    CHECK(contains(dot, "cluster_layer2"));
+    CHECK_FALSE(contains(dot, "cluster_layer3"));
+    CHECK(std::regex_search(dot, counter_label));
+    CHECK(contains(dot, "->"));
+    texts[k++] = dot;
+  }
+  // Op level: one node per op; task level: one node per task.
+  CHECK(contains(texts[0], "op20 ["));
+  CHECK_FALSE(contains(texts[0], "t0 ["));
+  CHECK(contains(texts[1], "t" + std::to_string(p.tasks.size() - 1) + " ["));
+  // The argmax waits for the LM head's one counter of target 8.
+  const uint32_t lm_counter = p.tasks.back().waits.at(0).counter;
+  CHECK(contains(texts[0], "op19 -> op20 [label=\"c" + std::to_string(lm_counter) + " = 8\"]"));
+
+  if (std::system("command -v dot >/dev/null 2>&1") != 0) {
+    MESSAGE("graphviz dot not on PATH; rendering not checked");
+    return;
+  }
+  const auto dir = std::filesystem::temp_directory_path() / ("mk_test_dot_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  for (int i = 0; i < 2; ++i) {
+    const auto in = dir / (std::string(i ? "task" : "op") + ".dot");
+    const auto svg = dir / (std::string(i ? "task" : "op") + ".svg");
+    std::ofstream(in) << texts[i];
+    const std::string cmd = "dot -Tsvg '" + in.string() + "' -o '" + svg.string() + "' 2>'" + (dir / "err.txt").string() + "'";
+    CHECK(std::system(cmd.c_str()) == 0);
+    CHECK(std::filesystem::exists(svg));
+    CHECK(std::filesystem::file_size(svg) > 1000);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// ---- a real model ----
+
+TEST_CASE("planner: llama-3.1-8b at 132 SMs") {
+  const auto& model = example("llama-3.1-8b");
+  const auto start = std::chrono::steady_clock::now();
+  const Plan p = make_plan("llama-3.1-8b", 132);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  MESSAGE("planned and verified llama-3.1-8b (", p.tasks.size(), " tasks, ", p.counters.size(), " counters, ",
+          p.schedule.waits.size(), " waits) in ", ms, " ms");
+  CHECK(p.tasks.size() > 10000);
+  CHECK(model.layers == 32);
+  CHECK(p.stats.waits_removed > 0);
+  // Round robin: the queues differ in length by at most one.
+  uint32_t lo = UINT32_MAX, hi = 0;
+  for (uint32_t sm = 0; sm < 132; ++sm) {
+    const uint32_t len = p.schedule.sm_offsets[sm + 1] - p.schedule.sm_offsets[sm];
+    lo = std::min(lo, len);
+    hi = std::max(hi, len);
+  }
+  CHECK(hi - lo <= 1);
+}
