@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMK_CUDA=ON >/dev/null
-cmake --build build-gpu -j"$(nproc)" --target mkplan mkrun mkweights mk_gpu_tests
+cmake --build build-gpu -j"$(nproc)" --target mkplan mkrun mkweights mk_gpu_tests mkbench
 mkdir -p out/gpu-bin
-cp build-gpu/mkplan build-gpu/mkrun build-gpu/mkweights build-gpu/mk_gpu_tests out/gpu-bin/
+cp build-gpu/mkplan build-gpu/mkrun build-gpu/mkweights build-gpu/mk_gpu_tests build-gpu/mkbench out/gpu-bin/
 du -sh out/gpu-bin

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <vector>
 
+#include "device/bf16.hpp"
 #include "device/cuda/block.cuh"
 #include "device/memory.hpp"
 #include "device/ops/argmax.cuh"
@@ -110,6 +111,18 @@ __global__ void __launch_bounds__(kThreads, 1) interpreter_kernel(const KernelPa
     execute(inst, p.ctx, p.tensors, smem);
     __syncthreads();
     if (threadIdx.x == 0) counter_signal(p, p.instructions[i]);
+  }
+}
+
+__global__ void fill_random_kernel(void* data, uint64_t n, bool bf16, uint32_t seed, float scale) {
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed * 2246822519u ^ static_cast<uint32_t>(i >> 32);
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    const float v = (static_cast<float>(h & 0xffffff) / 16777216.0f - 0.5f) * 3.4641f * scale;  // uniform, std = scale
+    if (bf16) static_cast<uint16_t*>(data)[i] = f32_to_bf16(v);
+    else static_cast<float*>(data)[i] = v;
   }
 }
 
@@ -265,6 +278,31 @@ void CudaExecutor::finish() {
     << s.ops[inst.op].name << "') waited more than " << st_->opt.watchdog_seconds << " s for counter " << e.counter
     << " to reach " << e.target << "; it is " << e.value;
   throw WatchdogError(o.str(), WatchdogReport{e.sm, e.instruction, e.task, e.counter, e.value, e.target});
+}
+
+float CudaExecutor::timed_step(uint32_t token, uint32_t pos) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
+  check(cudaEventRecord(a, st_->stream), "cudaEventRecord");
+  launch(token, pos);
+  check(cudaEventRecord(b, st_->stream), "cudaEventRecord");
+  finish();
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms;
+}
+
+void CudaExecutor::fill_random(uint32_t tensor, uint32_t seed, float scale) {
+  const schedule::Tensor& t = st_->s->tensors.at(tensor);
+  const bool bf16 = t.dtype == schedule::DType::bf16;
+  if (!bf16 && t.dtype != schedule::DType::f32) throw CudaError("fill_random: " + t.name + " is not a float tensor");
+  fill_random_kernel<<<1024, 256, 0, st_->stream>>>(st_->buffers[tensor], st_->sizes[tensor] / (bf16 ? 2 : 4), bf16, seed,
+                                                    scale);
+  check(cudaGetLastError(), "fill_random");
+  check(cudaStreamSynchronize(st_->stream), "fill_random");
 }
 
 void CudaExecutor::step(uint32_t token, uint32_t pos) {

@@ -49,6 +49,11 @@ class CudaExecutor {
   // Launches without waiting; finish() waits and checks.
   void launch(uint32_t token, uint32_t pos);
   void finish();
+  // One step timed with device events (milliseconds of GPU time, launch to completion).
+  float timed_step(uint32_t token, uint32_t pos);
+  // Fills a tensor with deterministic pseudo-random values (bf16 or f32, std about `scale`),
+  // for benchmarks that need no checkpoint.
+  void fill_random(uint32_t tensor, uint32_t seed, float scale);
 
   uint32_t shared_bytes() const;
 

@@ -1,0 +1,79 @@
+// mkbench: times the CUDA interpreter on a schedule with device-generated random weights.
+// Prints the median step time against the floor (weight + KV bytes at 4.58 TB/s), and the
+// same schedule with every wait removed (what the dependencies cost; results are garbage).
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "device/cuda/interpreter.hpp"
+#include "schedules/schedule.hpp"
+
+namespace {
+
+using namespace mk;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t reps) {
+  device::ExecutorOptions eo;
+  eo.max_context = context;
+  device::CudaExecutor exec(s, eo);
+  for (uint32_t t = 0; t < s.tensors.size(); ++t) {
+    const schedule::Tensor& tensor = s.tensors[t];
+    if (tensor.role == schedule::Role::weight) {
+      const bool norm = tensor.shape.size() == 1;
+      exec.fill_random(t, t + 1, norm ? 0.1f : 1.0f / std::sqrt(float(tensor.shape.back())));
+    } else if (tensor.role == schedule::Role::kv_cache) {
+      exec.fill_random(t, t + 1, 1.0f);
+    }
+  }
+  std::vector<double> us;
+  for (uint32_t i = 0; i < reps + 3; ++i) {
+    const double t = exec.timed_step(17, context - 1) * 1e3;
+    if (i >= 3) us.push_back(t);  // the first launches pay for module load and cold caches
+  }
+  return us;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mkbench: time the CUDA interpreter on a schedule (random weights generated on the GPU)"};
+  std::string path;
+  uint32_t context = 512, reps = 30;
+  app.add_option("schedule", path, "schedule file (mkplan)")->required();
+  app.add_option("--context", context, "decode at this context length (the KV cache is filled with random values)")
+      ->capture_default_str();
+  app.add_option("--reps", reps, "timed steps")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const schedule::Schedule s = schedule::read_file(path);
+    double weight_bytes = 0, kv_bytes = 0;
+    for (const schedule::Tensor& t : s.tensors) {
+      if (t.role == schedule::Role::weight) weight_bytes += t.elements() * 2.0;
+      // attention reads every cached position of k and v once
+      if (t.role == schedule::Role::kv_cache) kv_bytes += t.elements() * 2.0 * context;
+    }
+    const double floor_us = (weight_bytes + kv_bytes) / 4.58e12 * 1e6;
+    const double full = median(run(s, context, reps));
+    schedule::Schedule free = s;
+    for (schedule::Instruction& inst : free.instructions) inst.wait_count = 0;
+    const double no_waits = median(run(free, context, reps));
+    std::cout.precision(4);
+    std::cout << path << " at context " << context << ": weights " << weight_bytes / 1e9 << " GB + KV " << kv_bytes / 1e9
+              << " GB, floor " << floor_us << " us\n"
+              << "  step (median of " << reps << "): " << full << " us = " << floor_us / full * 100 << " % of the floor, "
+              << (weight_bytes + kv_bytes) / full / 1e6 << " TB/s\n"
+              << "  same without waits:  " << no_waits << " us = " << floor_us / no_waits * 100 << " % of the floor\n";
+  } catch (const std::exception& e) {
+    std::cerr << "mkbench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

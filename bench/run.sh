@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Interpreter timings on the GPU machine: plans each example for this GPU and times it with
+# mkbench (random weights generated on the GPU). Usage: bench/run.sh [BIN] [LOG]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${1:-out/gpu-bin}
+LOG=${2:-${OUT:-out/bench}}
+mkdir -p "$LOG" /tmp/mk-bench
+sms=$(nvidia-smi --query-gpu=name --format=csv,noheader >/dev/null && python3 -c "import torch; print(torch.cuda.get_device_properties(0).multi_processor_count)")
+for spec in "llama-3.2-1b 512 round-robin" "llama-3.2-1b 512 critical-path" "qwen3-4b 8192 round-robin" "llama-3.1-8b 512 round-robin"; do
+  set -- $spec
+  "$BIN/mkplan" "examples/$1.yaml" -o "/tmp/mk-bench/$1-$3.bin" --sms "$sms" --policy "$3" -q
+  echo "[$3]" | tee -a "$LOG/bench.log"
+  "$BIN/mkbench" "/tmp/mk-bench/$1-$3.bin" --context "$2" 2>&1 | tee -a "$LOG/bench.log"
+done
