@@ -1,11 +1,17 @@
-// Block-level helpers shared by the CUDA op bodies. The interpreter runs kThreads threads.
+// Block-level helpers shared by the CUDA op bodies.
+// A block has kBlockThreads threads: kWarps compute warps run the op bodies, and the last warp
+// streams weights into a shared-memory ring with the bulk-copy engine (device/cuda/ring.cuh).
+// Op bodies synchronise with block_sync(), a named barrier over the compute warps only.
 #pragma once
 #include <cstdint>
 
 namespace mk::device {
 
-inline constexpr uint32_t kThreads = 1024;
-inline constexpr uint32_t kWarps = kThreads / 32;
+inline constexpr uint32_t kBlockThreads = 1024;
+inline constexpr uint32_t kWarps = kBlockThreads / 32 - 1;  // compute warps
+inline constexpr uint32_t kThreads = kWarps * 32;           // compute threads
+
+__device__ __forceinline__ void block_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory"); }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -13,22 +19,19 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Sum over the block; every thread gets the result. `scratch` holds kWarps floats.
+// Sum over the compute threads; every one gets the result. `scratch` holds kWarps floats.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
   v = warp_sum(v);
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // scratch may still be read from a previous call
+  block_sync();  // scratch may still be read from a previous call
   if (lane == 0) scratch[warp] = v;
-  __syncthreads();
+  block_sync();
   float total = lane < kWarps ? scratch[lane] : 0.0f;
   return warp_sum(total);
 }
 
 // Activations written by other SMs in this launch: read through L2, never a stale L1 line.
 __device__ __forceinline__ float load_activation(const float* p) { return __ldcg(p); }
-
-// Weights are read-only for the whole launch: the non-coherent read-only path is safe.
-__device__ __forceinline__ uint4 load_weights16(const uint16_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
 __device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }

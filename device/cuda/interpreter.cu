@@ -8,6 +8,7 @@
 
 #include "device/bf16.hpp"
 #include "device/cuda/block.cuh"
+#include "device/cuda/ring.cuh"
 #include "device/memory.hpp"
 #include "device/ops/argmax.cuh"
 #include "device/ops/attention.cuh"
@@ -38,6 +39,7 @@ struct KernelParams {
   schedule::StepContext ctx;
   ErrorRecord* error;
   uint64_t timeout_ns;
+  uint32_t ring_stages;
 };
 
 __device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
@@ -84,11 +86,11 @@ __device__ void counter_signal(const KernelParams& p, const schedule::Instructio
 }
 
 __device__ void execute(const schedule::Instruction& inst, const schedule::StepContext& ctx, const TensorTable& mem,
-                        unsigned char* smem) {
+                        BlockContext& bc) {
   switch (static_cast<schedule::Opcode>(inst.opcode)) {
-#define MK_OP(name, code, payload)                                       \
-  case schedule::Opcode::name:                                           \
-    gpu_run(schedule::payload_as<schedule::payload>(inst), ctx, mem, smem); \
+#define MK_OP(name, code, payload)                                        \
+  case schedule::Opcode::name:                                            \
+    gpu_run(schedule::payload_as<schedule::payload>(inst), ctx, mem, bc); \
     break;
 #include "schedules/op_table.def"
 #undef MK_OP
@@ -96,20 +98,65 @@ __device__ void execute(const schedule::Instruction& inst, const schedule::StepC
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 1) interpreter_kernel(const KernelParams p) {
-  extern __shared__ __align__(16) unsigned char smem[];
+// The producer warp's loop: the weight tiles of every instruction of this SM, in queue order,
+// each into the next ring stage once that stage's previous tile has been consumed. It never
+// waits on a counter; it stops early only if the launch is aborted.
+__device__ void produce_weights(const KernelParams& p, WeightRing ring) {
+  const uint32_t begin = p.sm_offsets[blockIdx.x], end = p.sm_offsets[blockIdx.x + 1];
+  uint32_t k = 0;
+  bool aborted = false;
+  auto issue = [&](const WeightTile& t) {
+    const uint32_t stage = k % ring.count;
+    if (k >= ring.count) {
+      const uint32_t parity = ((k / ring.count) - 1) & 1;
+      while (!aborted && !mbar_try_wait(ring.empty + stage, parity))
+        aborted = *static_cast<volatile uint32_t*>(&p.error->code) != 0;
+    }
+    if (aborted) return;
+    mbar_expect_bytes(ring.full + stage, t.bytes);
+    bulk_copy(ring.stages + stage * kStageBytes, t.src, t.bytes, ring.full + stage);
+    ++k;
+  };
+  for (uint32_t i = begin; i < end && !aborted; ++i) {
+    const schedule::Instruction& inst = p.instructions[i];
+    switch (static_cast<schedule::Opcode>(inst.opcode)) {
+#define MK_OP(name, code, payload)                                                   \
+  case schedule::Opcode::name:                                                       \
+    gpu_weight_tiles(schedule::payload_as<schedule::payload>(inst), p.tensors, issue); \
+    break;
+#include "schedules/op_table.def"
+#undef MK_OP
+      default: break;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const KernelParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
   __shared__ schedule::Instruction inst;
   __shared__ bool go;
+  __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
+  if (threadIdx.x == 0) {
+    for (uint32_t s = 0; s < p.ring_stages; ++s) mbar_init(full + s, 1), mbar_init(empty + s, 1);
+    mbar_fence_init();
+  }
+  __syncthreads();
+  WeightRing ring{smem, p.ring_stages, full, empty, 0};
+  if (threadIdx.x / 32 == kWarps) {  // the producer warp
+    if (threadIdx.x % 32 == 0) produce_weights(p, ring);
+    return;
+  }
+  BlockContext bc{smem + p.ring_stages * kStageBytes, ring};
   const uint32_t begin = p.sm_offsets[blockIdx.x], end = p.sm_offsets[blockIdx.x + 1];
   for (uint32_t i = begin; i < end; ++i) {
-    __syncthreads();  // everyone is done with the previous instruction
+    block_sync();  // everyone is done with the previous instruction
     if (threadIdx.x < sizeof(schedule::Instruction) / 4)
       reinterpret_cast<uint32_t*>(&inst)[threadIdx.x] = reinterpret_cast<const uint32_t*>(p.instructions + i)[threadIdx.x];
     if (threadIdx.x == 0) go = counter_wait(p, p.instructions[i], i - begin);
-    __syncthreads();
+    block_sync();
     if (!go) return;
-    execute(inst, p.ctx, p.tensors, smem);
-    __syncthreads();
+    execute(inst, p.ctx, p.tensors, bc);
+    block_sync();
     if (threadIdx.x == 0) counter_signal(p, p.instructions[i]);
   }
 }
@@ -130,7 +177,7 @@ uint32_t instruction_shared_bytes(const schedule::Instruction& inst) {
   switch (static_cast<schedule::Opcode>(inst.opcode)) {
     case schedule::Opcode::matvec: return matvec_shared_bytes(schedule::payload_as<schedule::MatvecPayload>(inst));
     case schedule::Opcode::attention: return attention_shared_bytes(schedule::payload_as<schedule::AttentionPayload>(inst));
-    default: return 2 * kWarps * 4;
+    default: return 2 * kWarps * 4 + 64;
   }
 }
 
@@ -156,6 +203,7 @@ struct CudaExecutor::State {
   uint32_t generation = 0;
   uint32_t max_target = 1;
   uint32_t shared = 0;
+  uint32_t stages = 0;
   cudaStream_t stream = nullptr;
 
   void reset_counters() {
@@ -195,10 +243,18 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   if (st_->shared > prop.sharedMemPerBlockOptin)
     throw CudaError("the schedule needs " + std::to_string(st_->shared) + " bytes of shared memory per block; the GPU allows " +
                     std::to_string(prop.sharedMemPerBlockOptin));
+  // Scratch for the op bodies, then as many ring stages as the rest of shared memory holds.
+  const uint32_t static_bytes = 1024;  // instruction copy, barriers, flags
+  const uint32_t room = static_cast<uint32_t>(prop.sharedMemPerBlockOptin) - static_bytes;
+  st_->stages = std::min(kMaxStages, room > st_->shared ? (room - st_->shared) / kStageBytes : 0u);
+  if (st_->stages < 2)
+    throw CudaError("the schedule needs " + std::to_string(st_->shared) +
+                    " bytes of scratch shared memory per block, too much to leave room for the weight ring");
+  st_->shared += st_->stages * kStageBytes;
   check(cudaFuncSetAttribute(interpreter_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(st_->shared)),
         "cudaFuncSetAttribute");
   int blocks = 0;
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, interpreter_kernel, kThreads, st_->shared), "occupancy");
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, interpreter_kernel, kBlockThreads, st_->shared), "occupancy");
   if (blocks < 1) throw CudaError("the interpreter cannot be resident on an SM with this shared memory size");
   check(cudaStreamCreateWithFlags(&st_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
 
@@ -223,6 +279,7 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   p.tensors = TensorTable{st_->tensor_table, static_cast<uint32_t>(s.tensors.size())};
   p.error = st_->error;
   p.timeout_ns = static_cast<uint64_t>(opt.watchdog_seconds * 1e9);
+  p.ring_stages = st_->stages;
   st_->reset_counters();
 }
 
@@ -261,7 +318,7 @@ void CudaExecutor::launch(uint32_t token, uint32_t pos) {
   if (uint64_t{st_->generation + 1} * st_->max_target >= 0xffffffffull) st_->reset_counters();
   KernelParams p = st_->params;
   p.ctx = schedule::StepContext{pos, token, st_->opt.max_context, ++st_->generation};
-  interpreter_kernel<<<st_->s->sm_count, kThreads, st_->shared, st_->stream>>>(p);
+  interpreter_kernel<<<st_->s->sm_count, kBlockThreads, st_->shared, st_->stream>>>(p);
   check(cudaGetLastError(), "interpreter launch");
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 #include "device/cuda/block.cuh"
+#include "device/cuda/ring.cuh"
 #include "device/memory.hpp"
 #include "schedules/ops/argmax.hpp"
 
@@ -13,11 +14,11 @@ __device__ __forceinline__ bool argmax_better(float v, uint32_t i, float bv, uin
 }  // namespace detail
 
 __device__ inline void gpu_run(const schedule::ArgmaxPayload& p, const schedule::StepContext&, const TensorTable& mem,
-                               unsigned char* smem) {
+                               BlockContext& bc) {
   const float* in = mem.at<const float>(p.in);
   float best = -INFINITY;
   uint32_t index = 0xffffffffu;
-  for (uint32_t i = threadIdx.x; i < p.count; i += blockDim.x) {
+  for (uint32_t i = threadIdx.x; i < p.count; i += kThreads) {
     const float v = load_activation(in + i);
     if (detail::argmax_better(v, i, best, index)) best = v, index = i;  // NaN never compares better
   }
@@ -27,10 +28,10 @@ __device__ inline void gpu_run(const schedule::ArgmaxPayload& p, const schedule:
     const uint32_t oi = __shfl_xor_sync(0xffffffffu, index, o);
     if (detail::argmax_better(ov, oi, best, index)) best = ov, index = oi;
   }
-  float* values = reinterpret_cast<float*>(smem);
+  float* values = reinterpret_cast<float*>(bc.scratch);
   uint32_t* indices = reinterpret_cast<uint32_t*>(values + kWarps);
   if (threadIdx.x % 32 == 0) values[threadIdx.x / 32] = best, indices[threadIdx.x / 32] = index;
-  __syncthreads();
+  block_sync();
   if (threadIdx.x == 0) {
     for (uint32_t w = 1; w < kWarps; ++w)
       if (detail::argmax_better(values[w], indices[w], best, index)) best = values[w], index = indices[w];

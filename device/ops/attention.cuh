@@ -1,6 +1,7 @@
 #pragma once
 #include "device/bf16.hpp"
 #include "device/cuda/block.cuh"
+#include "device/cuda/ring.cuh"
 #include "device/memory.hpp"
 #include "device/rope.hpp"
 #include "schedules/ops/attention.hpp"
@@ -32,10 +33,10 @@ __device__ inline void warp_rms_norm(float* v, const uint16_t* w, uint32_t n, fl
 // warp computes the scores of all q heads of the group (lanes split head_dim) and keeps an
 // online softmax per head; the warps' partials are then merged in shared memory.
 __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
-                               unsigned char* smem) {
+                               BlockContext& bc) {
   const uint32_t hd = p.head_dim, half = hd / 2, rep = p.heads / p.kv_heads, S = p.kv_splits;
   const uint32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  float* cs = reinterpret_cast<float*>(smem);  // cos [half], sin [half]
+  float* cs = reinterpret_cast<float*>(bc.scratch);  // cos [half], sin [half]
   float* q = cs + hd;                          // [rep][hd]
   float* kcur = q + rep * hd;
   float* vcur = kcur + hd;
@@ -55,18 +56,18 @@ __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedu
   for (uint32_t unit = p.unit_begin; unit < p.unit_end; ++unit) {
     const uint32_t g = unit / S, s = unit % S;
     const bool last = s == S - 1;
-    __syncthreads();
+    block_sync();
     for (uint32_t i = tid; i < rep * hd; i += kThreads) q[i] = load_activation(qkv + g * rep * hd + i);
     for (uint32_t i = tid; i < hd; i += kThreads) {
       kcur[i] = load_activation(qkv + (p.heads + g) * hd + i);
       vcur[i] = load_activation(qkv + (p.heads + p.kv_heads + g) * hd + i);
     }
-    __syncthreads();
+    block_sync();
     if (warp < rep && p.q_norm != schedule::kNone)
       detail::warp_rms_norm(q + warp * hd, mem.at<const uint16_t>(p.q_norm), hd, p.norm_eps);
     if (warp == rep && p.k_norm != schedule::kNone)
       detail::warp_rms_norm(kcur, mem.at<const uint16_t>(p.k_norm), hd, p.norm_eps);
-    __syncthreads();
+    block_sync();
     for (uint32_t i = tid; i < (rep + 1) * half; i += kThreads) {  // RoPE, HF rotate_half pairs
       float* v = i < rep * half ? q + (i / half) * hd : kcur;
       const uint32_t j = i % half;
@@ -74,7 +75,7 @@ __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedu
       v[j] = a * cs[j] - b * cs[half + j];
       v[j + half] = b * cs[j] + a * cs[half + j];
     }
-    __syncthreads();
+    block_sync();
     const uint64_t head_base = uint64_t{g} * ctx.max_context * hd;
     for (uint32_t i = tid; i < hd; i += kThreads) {  // the cache holds bf16; use the same values
       const uint16_t kb = f32_to_bf16(kcur[i]), vb = f32_to_bf16(vcur[i]);
@@ -85,7 +86,7 @@ __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedu
         vc[head_base + uint64_t{ctx.pos} * hd + i] = vb;
       }
     }
-    __syncthreads();
+    block_sync();
 
     const uint32_t begin = min(ctx.pos, s * chunk), end = min(ctx.pos, (s + 1) * chunk);
     const uint32_t stop = last ? end + 1 : end;  // the last split also takes the current position
@@ -134,7 +135,7 @@ __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedu
         if (lane + 32 * j < hd) mine[lane + 32 * j] = acc[r][j];
       if (lane == 0) mine[hd] = m[r], mine[hd + 1] = l[r];
     }
-    __syncthreads();
+    block_sync();
     // Merge the warps: out = (sum_w e^(m_w - M) acc_w, M, sum_w e^(m_w - M) l_w).
     for (uint32_t i = tid; i < rep * (hd + 2); i += kThreads) {
       const uint32_t r = i / (hd + 2), e = i % (hd + 2);

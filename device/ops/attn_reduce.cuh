@@ -1,16 +1,17 @@
 #pragma once
 #include "device/cuda/block.cuh"
+#include "device/cuda/ring.cuh"
 #include "device/memory.hpp"
 #include "schedules/ops/attn_reduce.hpp"
 
 namespace mk::device {
 
 __device__ inline void gpu_run(const schedule::AttnReducePayload& p, const schedule::StepContext&, const TensorTable& mem,
-                               unsigned char*) {
+                               BlockContext&) {
   const float* in = mem.at<const float>(p.in);
   float* out = mem.at<float>(p.out);
   const uint32_t hd = p.head_dim, S = p.kv_splits;
-  for (uint32_t i = threadIdx.x; i < (p.head_end - p.head_begin) * hd; i += blockDim.x) {
+  for (uint32_t i = threadIdx.x; i < (p.head_end - p.head_begin) * hd; i += kThreads) {
     const uint32_t h = p.head_begin + i / hd, e = i % hd, g = h / p.rep, r = h % p.rep;
     auto part = [&](uint32_t s) { return in + ((uint64_t{g} * S + s) * p.rep + r) * (hd + 2); };
     float M = -INFINITY;

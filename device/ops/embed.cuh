@@ -1,16 +1,17 @@
 #pragma once
 #include "device/bf16.hpp"
 #include "device/cuda/block.cuh"
+#include "device/cuda/ring.cuh"
 #include "device/memory.hpp"
 #include "schedules/ops/embed.hpp"
 
 namespace mk::device {
 
 __device__ inline void gpu_run(const schedule::EmbedPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
-                               unsigned char*) {
+                               BlockContext&) {
   const uint16_t* table = mem.at<const uint16_t>(p.table);
   float* out = mem.at<float>(p.out);
-  for (uint32_t c = p.col_begin + threadIdx.x; c < p.col_end; c += blockDim.x)
+  for (uint32_t c = p.col_begin + threadIdx.x; c < p.col_end; c += kThreads)
     out[c] = ctx.token < p.vocab ? bf16_to_f32(table[uint64_t{ctx.token} * p.hidden + c]) : __int_as_float(0x7fc00000);
 }
 

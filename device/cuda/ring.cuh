@@ -1,0 +1,85 @@
+// The weight ring: `count` shared-memory stages of kStageBytes, each with a "full" mbarrier
+// (the bulk copy landed) and an "empty" one (its consumer warp is done). Weights never depend
+// on activations, so the producer warp streams the tiles of the SM's upcoming instructions
+// while the compute warps still wait for their counters. Tile k of the launch uses stage
+// k % count, and compute warp k % count consumes it.
+#pragma once
+#include <cstdint>
+
+#include "device/memory.hpp"
+#include "schedules/format.hpp"
+
+namespace mk::device {
+
+inline constexpr uint32_t kStageBytes = 16384;
+inline constexpr uint32_t kMaxStages = 16;
+
+// A contiguous piece of one weight: `rows` rows of `cols` elements starting at column `col0`
+// (whole rows, or one piece of a long row), accumulated into acc[acc_row ...].
+struct WeightTile {
+  const uint16_t* src;
+  uint32_t bytes;
+  uint32_t acc_row;
+  uint32_t rows, col0, cols;
+};
+
+struct WeightRing {
+  unsigned char* stages;
+  uint32_t count;
+  uint64_t* full;
+  uint64_t* empty;
+  uint32_t next_tile;  // the launch's tile counter, advanced alike by every compute thread
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_bytes(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+// What an op body gets besides its payload: scratch shared memory and the weight ring.
+struct BlockContext {
+  unsigned char* scratch;
+  WeightRing& ring;
+};
+
+// Global -> shared through the bulk-copy engine, completing on `bar`.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+
+// Ops that stream no weights through the ring.
+template <class Payload, class F>
+__device__ void gpu_weight_tiles(const Payload&, const TensorTable&, F&&) {}
+
+}  // namespace mk::device

@@ -1,0 +1,562 @@
+#!/usr/bin/env bash
+# Command-line tests for mkplan, mkrun and mkweights: --help, the happy path on the tiny model
+# (CPU emulator), and the error paths, which must each end in exit status 1 with one line on
+# stderr that starts with the tool's name (never a crash, never a silent success).
+#
+# Usage: tests/cli_test.sh BUILD_DIR   (BUILD_DIR holds mkplan, mkrun and mkweights)
+# Prints "ok - ..." / "not ok - ..." per check, then "N passed, M failed"; exit status 1 on failure.
+set -u
+
+if [[ $# -ne 1 ]]; then
+  echo "usage: $0 BUILD_DIR" >&2
+  exit 2
+fi
+BUILD=$(cd "$1" && pwd) || exit 2
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || exit 2
+MKPLAN=$BUILD/mkplan
+MKRUN=$BUILD/mkrun
+MKWEIGHTS=$BUILD/mkweights
+for tool in "$MKPLAN" "$MKRUN" "$MKWEIGHTS"; do
+  if [[ ! -x $tool ]]; then
+    echo "cli_test: $tool is missing (build the tools first)" >&2
+    exit 2
+  fi
+done
+LLAMA=$ROOT/examples/tiny-llama.yaml
+QWEN=$ROOT/examples/tiny-qwen3.yaml
+VOCAB=512  # tiny-llama's vocabulary
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/mk-cli-test.XXXXXX") || exit 2
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK" || exit 2
+
+# --- harness -------------------------------------------------------------------------------------
+
+PASSED=0
+FAILED=0
+WHY=()     # failure reasons of the current check
+LAST=""    # the last command run, for failure reports
+RC=0       # its exit status; its output is in $WORK/stdout and $WORK/stderr
+
+TIMEOUT=()
+command -v timeout >/dev/null && TIMEOUT=(timeout 60)
+
+# run CMD...: runs a command, keeping its exit status in RC and its output in stdout/stderr.
+run() {
+  LAST="$*"
+  "${TIMEOUT[@]}" "$@" >"$WORK/stdout" 2>"$WORK/stderr"
+  RC=$?
+}
+
+# expect WHAT CMD...: records WHAT as a failure reason unless CMD succeeds.
+expect() {
+  local what=$1
+  shift
+  "$@" || WHY+=("$what")
+}
+
+begin() { WHY=(); LAST=""; }
+
+# finish NAME: prints the check's line (and, on failure, the reasons and the last command's output).
+finish() {
+  if [[ ${#WHY[@]} -eq 0 ]]; then
+    echo "ok - $1"
+    PASSED=$((PASSED + 1))
+    return
+  fi
+  echo "not ok - $1"
+  FAILED=$((FAILED + 1))
+  local reason
+  for reason in "${WHY[@]}"; do echo "#   $reason"; done
+  if [[ -n $LAST ]]; then
+    echo "#   last command: $LAST (exit $RC)"
+    sed -n '1,6s/^/#   stdout: /p' "$WORK/stdout"
+    sed -n '1,6s/^/#   stderr: /p' "$WORK/stderr"
+  fi
+}
+
+skip() {
+  echo "ok - $1 # SKIP $2"
+  PASSED=$((PASSED + 1))
+}
+
+rc_is() { [[ $RC -eq $1 ]]; }
+out_has() { grep -Eq -- "$1" "$WORK/stdout"; }
+err_has() { grep -Eiq -- "$1" "$WORK/stderr"; }
+err_lines() { [[ $(wc -l <"$WORK/stderr") -eq $1 ]]; }
+err_starts() { [[ $(head -n 1 "$WORK/stderr") == "$1: "* ]]; }
+no_tokens() { ! grep -q '^tokens:' "$WORK/stdout"; }
+
+# clean_error TOOL PATTERN: the last command failed the way every tool error must: exit status 1
+# (not a crash, not success), exactly one line on stderr, starting "TOOL: " and matching PATTERN
+# (extended regex, case-insensitive).
+clean_error() {
+  local tool=$1 pattern=$2
+  if [[ $RC -ge 128 ]]; then
+    WHY+=("crashed: exit status $RC (signal $((RC - 128)))")
+  elif [[ $RC -eq 124 && ${#TIMEOUT[@]} -gt 0 ]]; then
+    WHY+=("timed out")
+  else
+    expect "exit status is $RC, expected 1" rc_is 1
+  fi
+  expect "stderr has $(wc -l <"$WORK/stderr") lines, expected exactly 1" err_lines 1
+  expect "stderr does not start with '$tool: '" err_starts "$tool"
+  expect "stderr does not match /$pattern/" err_has "$pattern"
+}
+
+# tokens_of FILE: the ids of the "tokens:" line of an mkrun stdout.
+tokens_of() { grep -m1 '^tokens:' "$1" | cut -d: -f2-; }
+
+# --- fixtures (built once; checks that need them fail cleanly when they are missing) -------------
+
+"$MKPLAN" "$LLAMA" -o s.bin --sms 8 -q >/dev/null 2>&1
+"$MKWEIGHTS" s.bin -o w --seed 3 >/dev/null 2>&1
+have_fixtures() { [[ -s s.bin && -s w/model.safetensors ]]; }
+
+# --- --help --------------------------------------------------------------------------------------
+
+# help_mentions TOOL OPTION...: TOOL --help exits 0 and names every OPTION.
+help_mentions() {
+  local name=$1 path=$2
+  shift 2
+  begin
+  run "$path" --help
+  expect "exit status is $RC, expected 0" rc_is 0
+  local opt
+  for opt in "$@"; do
+    expect "--help does not mention $opt" out_has "(^|[^-[:alnum:]])$opt([^-[:alnum:]]|$)"
+  done
+  finish "$name --help exits 0 and mentions $*"
+}
+
+check_help() {
+  help_mentions mkplan "$MKPLAN" --sms --policy --dot --dot-level --output
+  help_mentions mkrun "$MKRUN" --prompt-ids --tokens --backend --max-context --dump-logits --order --seed
+  help_mentions mkweights "$MKWEIGHTS" --seed --out
+}
+
+# --- happy path ----------------------------------------------------------------------------------
+
+check_plan() {
+  begin
+  run "$MKPLAN" "$LLAMA" -o plan.bin --sms 8 --dot d.dot
+  expect "exit status is $RC, expected 0" rc_is 0
+  expect "stdout does not mention tasks" out_has 'tasks'
+  expect "stdout does not mention the critical path" out_has 'critical path'
+  expect "stdout does not report 8 SMs" out_has '8 SMs'
+  expect "plan.bin was not written" test -s plan.bin
+  expect "plan.bin differs from the same plan made quietly (s.bin)" cmp -s plan.bin s.bin
+  expect "d.dot is not a Graphviz digraph" grep -q '^digraph' d.dot
+  expect "stderr is not empty" err_lines 0
+  finish "mkplan tiny-llama -o --sms 8 --dot: summary with tasks and critical path, schedule and DOT written"
+}
+
+check_dot_renders() {
+  if ! command -v dot >/dev/null; then
+    skip "dot -Tsvg renders mkplan's DOT" "Graphviz dot not installed"
+    return
+  fi
+  begin
+  if [[ ! -s d.dot ]]; then
+    WHY+=("d.dot missing (mkplan --dot failed above)")
+  else
+    run dot -Tsvg d.dot -o d.svg
+    expect "dot exited $RC" rc_is 0
+    expect "d.svg is not an SVG" grep -q '<svg' d.svg
+  fi
+  finish "dot -Tsvg renders mkplan's DOT"
+}
+
+check_dot_task_level() {
+  begin
+  run "$MKPLAN" "$LLAMA" -o plan_task.bin --sms 8 --dot task.dot --dot-level task
+  expect "exit status is $RC, expected 0" rc_is 0
+  expect "task.dot is not a Graphviz digraph" grep -q '^digraph' task.dot
+  local op_edges task_edges
+  op_edges=$(grep -c -- '->' d.dot 2>/dev/null)
+  task_edges=$(grep -c -- '->' task.dot 2>/dev/null)
+  expect "task-level DOT has ${task_edges:-0} edges, not more than the op level's ${op_edges:-0}" \
+    test "${task_edges:-0}" -gt "${op_edges:-0}"
+  finish "mkplan --dot-level task writes a finer DOT than --dot-level op"
+}
+
+check_policy_critical_path() {
+  begin
+  run "$MKPLAN" "$LLAMA" -o cp.bin --sms 8 --policy critical-path
+  expect "exit status is $RC, expected 0" rc_is 0
+  expect "summary does not name the policy" out_has 'critical-path'
+  expect "cp.bin was not written" test -s cp.bin
+  if have_fixtures && [[ -s cp.bin ]]; then
+    run "$MKRUN" s.bin w --backend emulator --prompt-ids 1,2,3 --tokens 8
+    cp "$WORK/stdout" rr.out
+    run "$MKRUN" cp.bin w --backend emulator --prompt-ids 1,2,3 --tokens 8
+    expect "mkrun on the critical-path schedule exited $RC" rc_is 0
+    expect "critical-path schedule gives tokens '$(tokens_of "$WORK/stdout")', round-robin '$(tokens_of rr.out)'" \
+      test "$(tokens_of "$WORK/stdout")" == "$(tokens_of rr.out)"
+  fi
+  finish "mkplan --policy critical-path plans a schedule that runs to round-robin's tokens"
+}
+
+check_weights() {
+  begin
+  run "$MKWEIGHTS" s.bin -o w_again --seed 3
+  expect "exit status is $RC, expected 0" rc_is 0
+  expect "stdout does not report what was written" out_has 'wrote .*model\.safetensors'
+  expect "w_again/model.safetensors missing" test -s w_again/model.safetensors
+  expect "w_again/config.json missing" test -s w_again/config.json
+  expect "the same seed gave different bytes" cmp -s w/model.safetensors w_again/model.safetensors
+  run "$MKWEIGHTS" s.bin -o w_other --seed 4
+  expect "--seed 4 exited $RC" rc_is 0
+  expect "--seed 4 gave the same bytes as --seed 3" not_cmp w/model.safetensors w_other/model.safetensors
+  finish "mkweights -o --seed writes a checkpoint; the same seed gives the same bytes, another seed others"
+}
+not_cmp() { [[ -s $1 && -s $2 ]] && ! cmp -s "$1" "$2"; }
+
+# all_ids_below N IDS...: every id is a decimal integer in [0, N).
+all_ids_below() {
+  local n=$1 id
+  shift
+  for id in "$@"; do
+    [[ $id =~ ^[0-9]+$ ]] && ((id < n)) || return 1
+  done
+}
+
+check_run() {
+  begin
+  run "$MKRUN" s.bin w --backend emulator --prompt-ids 1,2,3 --tokens 8
+  expect "exit status is $RC, expected 0" rc_is 0
+  local -a ids
+  read -r -a ids <<<"$(tokens_of "$WORK/stdout")"
+  expect "the tokens: line has ${#ids[@]} ids, expected 8" test "${#ids[@]}" -eq 8
+  expect "token ids '${ids[*]}' are not all in [0, $VOCAB)" all_ids_below "$VOCAB" "${ids[@]}"
+  expect "stdout does not report us/token" out_has 'us/token'
+  expect "stdout does not name the emulator" out_has 'on emulator'
+  finish "mkrun --backend emulator --prompt-ids 1,2,3 --tokens 8 prints 8 token ids and us/token"
+}
+
+# npy_check FILE ROWS COLS: FILE is a float32 .npy of shape (ROWS, COLS) with nothing after the data.
+npy_check() {
+  local file=$1 rows=$2 cols=$3
+  local magic version hlen header size
+  magic=$(head -c 6 "$file" | od -An -tx1 | tr -d ' \n')
+  [[ $magic == 934e554d5059 ]] || { WHY+=("$file does not start with \\x93NUMPY (got $magic)"); return; }
+  version=$(od -An -tu1 -j 6 -N 1 "$file" | tr -d ' ')
+  if [[ $version == 1 ]]; then
+    hlen=$(( $(od -An -tu2 --endian=little -j 8 -N 2 "$file" | tr -d ' ') + 10 ))
+  else
+    hlen=$(( $(od -An -tu4 --endian=little -j 8 -N 4 "$file" | tr -d ' ') + 12 ))
+  fi
+  header=$(head -c "$hlen" "$file" | tr -d '\000')
+  [[ $header =~ \'shape\':\ \($rows,\ $cols\) ]] || WHY+=("$file header does not say shape ($rows, $cols): $header")
+  [[ $header == *"'<f4'"* ]] || WHY+=("$file header does not say float32 ('<f4'): $header")
+  size=$(stat -c %s "$file")
+  [[ $size -eq $((hlen + rows * cols * 4)) ]] ||
+    WHY+=("$file is $size bytes, expected $hlen of header + $((rows * cols * 4)) of data")
+}
+
+check_dump_logits() {
+  begin
+  run "$MKRUN" s.bin w --backend emulator --prompt-ids 1,2,3 --tokens 8 --dump-logits l.npy
+  expect "exit status is $RC, expected 0" rc_is 0
+  expect "stdout does not report the dump" out_has 'wrote l\.npy'
+  if [[ -s l.npy ]]; then
+    npy_check l.npy 10 "$VOCAB"
+  else
+    WHY+=("l.npy was not written")
+  fi
+  finish "mkrun --dump-logits writes a float32 .npy of shape (10, $VOCAB) (3 prompt + 7 decode steps)"
+}
+
+check_repeatable() {
+  begin
+  run "$MKRUN" s.bin w --backend emulator --prompt-ids 1,2,3 --tokens 8 --dump-logits r1.npy
+  cp "$WORK/stdout" r1.out
+  expect "first run exited $RC" rc_is 0
+  run "$MKRUN" s.bin w --backend emulator --prompt-ids 1,2,3 --tokens 8 --dump-logits r2.npy
+  expect "second run exited $RC" rc_is 0
+  local a b
+  a=$(tokens_of r1.out)
+  b=$(tokens_of "$WORK/stdout")
+  expect "no tokens: line" test -n "$a"
+  expect "tokens differ between runs: '$a' vs '$b'" test "$a" == "$b"
+  if [[ -s r1.npy && -s r2.npy ]]; then
+    expect "logits differ between two deterministic runs" cmp -s r1.npy r2.npy
+  else
+    WHY+=("--dump-logits did not write r1.npy and r2.npy")
+  fi
+  finish "the same mkrun twice gives the same tokens and bit-identical logits"
+}
+
+check_shuffled() {
+  begin
+  run "$MKRUN" s.bin w --backend emulator --prompt-ids 1,2,3 --tokens 8 --order deterministic
+  cp "$WORK/stdout" det.out
+  expect "deterministic run exited $RC" rc_is 0
+  run "$MKRUN" s.bin w --backend emulator --prompt-ids 1,2,3 --tokens 8 --order shuffled --seed 5
+  expect "shuffled run exited $RC" rc_is 0
+  local a b
+  a=$(tokens_of det.out)
+  b=$(tokens_of "$WORK/stdout")
+  expect "no tokens: line" test -n "$a"
+  expect "shuffled tokens '$b' differ from deterministic '$a'" test "$a" == "$b"
+  finish "mkrun --order shuffled --seed 5 gives the deterministic order's tokens"
+}
+
+# --- errors: mkplan ------------------------------------------------------------------------------
+
+check_yaml_syntax() {
+  begin
+  printf 'model: broken\nconfig: {hidden: 256, vocab: [512\nops: []\n' >broken.yaml
+  run "$MKPLAN" broken.yaml -o x.bin
+  clean_error mkplan 'broken\.yaml:[0-9]+:[0-9]+'
+  expect "x.bin was written anyway" test ! -e x.bin
+  finish "mkplan on malformed YAML (unclosed bracket): one line with file:line:col, exit 1"
+}
+
+check_unknown_op() {
+  begin
+  sed 's/op: argmax/op: frobnicate/' "$LLAMA" >unknown-op.yaml
+  run "$MKPLAN" unknown-op.yaml -o x.bin
+  clean_error mkplan "unknown-op\\.yaml:[0-9]+:[0-9]+.*'?frobnicate"
+  finish "mkplan on an unknown op: one line naming the op and where it is, exit 1"
+}
+
+check_missing_model() {
+  begin
+  run "$MKPLAN" no-such-model.yaml -o x.bin
+  clean_error mkplan 'no-such-model\.yaml.*(cannot open|no such|not found)'
+  finish "mkplan on a missing model file: one line naming the file, exit 1"
+}
+
+check_sms_zero() {
+  begin
+  run "$MKPLAN" "$LLAMA" -o x.bin --sms 0
+  expect "exit status is 0, expected non-zero" test "$RC" -ne 0
+  expect "crashed: exit status $RC" test "$RC" -lt 124
+  expect "stderr does not name --sms and the range" err_has '--sms.*(range|1)'
+  expect "x.bin was written anyway" test ! -e x.bin
+  finish "mkplan --sms 0 is a command-line error (non-zero exit, names --sms)"
+}
+
+check_policy_bogus() {
+  begin
+  run "$MKPLAN" "$LLAMA" -o x.bin --policy bogus
+  expect "exit status is 0, expected non-zero" test "$RC" -ne 0
+  expect "crashed: exit status $RC" test "$RC" -lt 124
+  expect "stderr does not name --policy and the bad value" err_has '--policy.*bogus'
+  expect "stderr does not list the valid policies" err_has 'round-robin.*critical-path'
+  expect "x.bin was written anyway" test ! -e x.bin
+  finish "mkplan --policy bogus is a command-line error (non-zero exit, lists the policies)"
+}
+
+check_plan_unwritable() {
+  begin
+  run "$MKPLAN" "$LLAMA" -o /proc/nope/s.bin
+  clean_error mkplan '/proc/nope/s\.bin'
+  finish "mkplan -o /proc/nope/s.bin: one line naming the path, exit 1"
+  begin
+  run "$MKPLAN" "$LLAMA" -o dot-fail.bin --dot /proc/nope/d.dot
+  clean_error mkplan '/proc/nope/d\.dot'
+  finish "mkplan --dot /proc/nope/d.dot: one line naming the path, exit 1"
+}
+
+# --- errors: mkrun, schedule file ----------------------------------------------------------------
+
+check_schedule_truncated() {
+  begin
+  head -c 100 s.bin >truncated.bin
+  run "$MKRUN" truncated.bin w --backend emulator
+  clean_error mkrun 'truncated\.bin.*truncat'
+  expect "it ran anyway" no_tokens
+  finish "mkrun on a truncated schedule (first 100 bytes): says truncated, exit 1"
+}
+
+check_schedule_corrupt() {
+  begin
+  cp s.bin corrupt.bin
+  local size middle byte
+  size=$(stat -c %s corrupt.bin)
+  middle=$((size / 2))
+  byte=$(od -An -tu1 -j "$middle" -N 1 corrupt.bin | tr -d ' ')
+  # shellcheck disable=SC2059
+  printf "\\$(printf '%03o' $((byte ^ 0xff)))" | dd of=corrupt.bin bs=1 seek="$middle" conv=notrunc status=none
+  if cmp -s s.bin corrupt.bin; then
+    WHY+=("could not flip a byte of the schedule")
+  else
+    run "$MKRUN" corrupt.bin w --backend emulator
+    clean_error mkrun 'corrupt\.bin.*(corrupt|checksum)'
+    expect "it ran anyway" no_tokens
+  fi
+  finish "mkrun on a schedule with one byte flipped in the middle: says corrupt, exit 1"
+}
+
+check_schedule_not_a_schedule() {
+  begin
+  # Small text files (shorter than a schedule header) are the common mistake: a JSON, a note.
+  echo "this is a text file, not a schedule" >note.txt
+  run "$MKRUN" note.txt w --backend emulator
+  clean_error mkrun 'note\.txt.*not a schedule'
+  expect "it ran anyway" no_tokens
+  finish "mkrun on a short text file: says it is not a schedule, exit 1"
+  begin
+  run "$MKRUN" "$LLAMA" w --backend emulator
+  clean_error mkrun 'tiny-llama\.yaml.*not a schedule'
+  expect "it ran anyway" no_tokens
+  finish "mkrun on the model YAML instead of its schedule: says it is not a schedule, exit 1"
+}
+
+# --- errors: mkrun, weights ----------------------------------------------------------------------
+
+check_weights_missing_folder() {
+  begin
+  run "$MKRUN" s.bin no-such-weights --backend emulator
+  clean_error mkrun 'no-such-weights.*(no such|not found|cannot open|missing)'
+  finish "mkrun with a missing weights folder: one line naming it, exit 1"
+}
+
+check_weights_empty_folder() {
+  begin
+  mkdir -p empty-weights
+  run "$MKRUN" s.bin empty-weights --backend emulator
+  clean_error mkrun 'empty-weights.*safetensors'
+  finish "mkrun with an empty weights folder: says there is no model.safetensors, exit 1"
+}
+
+check_weights_other_model() {
+  begin
+  if "$MKPLAN" "$QWEN" -o qwen.bin -q && "$MKWEIGHTS" qwen.bin -o w-qwen >/dev/null; then
+    run "$MKRUN" s.bin w-qwen --backend emulator
+    clean_error mkrun "key 'model\\.[a-z_0-9.]+'"
+    expect "it ran anyway" no_tokens
+  else
+    WHY+=("could not make tiny-qwen3 weights")
+  fi
+  finish "mkrun with tiny-qwen3 weights on the tiny-llama schedule: names the offending key before running"
+}
+
+check_weights_missing_key() {
+  begin
+  # tiny-llama with 2 layers instead of 3: its checkpoint lacks every model.layers.2.* tensor.
+  sed 's/^  layers: 3$/  layers: 2/' "$LLAMA" >two-layers.yaml
+  if grep -q '^  layers: 2$' two-layers.yaml && "$MKPLAN" two-layers.yaml -o two.bin -q &&
+    "$MKWEIGHTS" two.bin -o w-two >/dev/null; then
+    run "$MKRUN" s.bin w-two --backend emulator
+    clean_error mkrun "missing key 'model\\.layers\\.2\\."
+    expect "it ran anyway" no_tokens
+  else
+    WHY+=("could not make 2-layer tiny-llama weights")
+  fi
+  finish "mkrun with weights lacking a layer: names the missing key before running"
+}
+
+check_weights_truncated() {
+  begin
+  mkdir -p w-truncated
+  cp w/config.json w-truncated/ 2>/dev/null
+  local size
+  size=$(stat -c %s w/model.safetensors 2>/dev/null || echo 0)
+  head -c $((size / 2)) w/model.safetensors >w-truncated/model.safetensors
+  run "$MKRUN" s.bin w-truncated --backend emulator
+  clean_error mkrun 'model\.safetensors.*truncat'
+  expect "it ran anyway" no_tokens
+  finish "mkrun with a truncated model.safetensors: says truncated, exit 1"
+}
+
+# --- errors: mkrun, options ----------------------------------------------------------------------
+
+check_prompt_ids() {
+  begin
+  run "$MKRUN" s.bin w --backend emulator --prompt-ids 1,two,3
+  clean_error mkrun "--prompt-ids.*'two'"
+  finish "mkrun --prompt-ids 1,two,3: names the bad item, exit 1"
+  begin
+  run "$MKRUN" s.bin w --backend emulator --prompt-ids ''
+  clean_error mkrun '--prompt-ids.*empty'
+  finish "mkrun --prompt-ids '': says the list is empty, exit 1"
+  begin
+  run "$MKRUN" s.bin w --backend emulator --prompt-ids "1,$VOCAB"
+  clean_error mkrun "$VOCAB.*vocab"
+  expect "it ran anyway" no_tokens
+  finish "mkrun --prompt-ids 1,$VOCAB (id >= vocab): names the id and the vocabulary, exit 1"
+}
+
+check_backend_cuda() {
+  if command -v nvidia-smi >/dev/null && nvidia-smi >/dev/null 2>&1; then
+    skip "mkrun --backend cuda without a GPU says so" "a GPU is present"
+    return
+  fi
+  begin
+  run "$MKRUN" s.bin w --backend cuda
+  clean_error mkrun 'cuda.*(GPU|CUDA)'
+  expect "it ran anyway" no_tokens
+  finish "mkrun --backend cuda without a GPU: one clear line, exit 1"
+}
+
+check_max_context() {
+  begin
+  run "$MKRUN" s.bin w --backend emulator --prompt-ids 1,2 --tokens 100 --max-context 4
+  clean_error mkrun 'max-context'
+  expect "it ran anyway" no_tokens
+  finish "mkrun --tokens 100 --max-context 4: says to raise --max-context, exit 1"
+}
+
+check_run_unwritable() {
+  begin
+  run "$MKRUN" s.bin w --backend emulator --tokens 2 --dump-logits /proc/nope/l.npy
+  clean_error mkrun '/proc/nope/l\.npy'
+  finish "mkrun --dump-logits /proc/nope/l.npy: one line naming the path, exit 1"
+}
+
+# --- errors: mkweights ---------------------------------------------------------------------------
+
+check_weights_tool_errors() {
+  begin
+  run "$MKWEIGHTS" no-such.bin -o w-none
+  clean_error mkweights 'no-such\.bin'
+  finish "mkweights on a missing schedule: one line naming it, exit 1"
+  begin
+  run "$MKWEIGHTS" s.bin -o /proc/nope/w
+  clean_error mkweights '/proc/nope/w'
+  finish "mkweights -o /proc/nope/w: one line naming the path, exit 1"
+  begin
+  run "$MKWEIGHTS" s.bin -o w-bad-seed --seed abc
+  clean_error mkweights '--seed.*abc'
+  finish "mkweights --seed abc: one line naming the option, exit 1"
+}
+
+# --- main ----------------------------------------------------------------------------------------
+
+check_help
+check_plan
+check_dot_renders
+check_dot_task_level
+check_policy_critical_path
+check_weights
+check_run
+check_dump_logits
+check_repeatable
+check_shuffled
+
+check_yaml_syntax
+check_unknown_op
+check_missing_model
+check_sms_zero
+check_policy_bogus
+check_plan_unwritable
+
+check_schedule_truncated
+check_schedule_corrupt
+check_schedule_not_a_schedule
+check_weights_missing_folder
+check_weights_empty_folder
+check_weights_other_model
+check_weights_missing_key
+check_weights_truncated
+check_prompt_ids
+check_backend_cuda
+check_max_context
+check_run_unwritable
+check_weights_tool_errors
+
+echo "$PASSED passed, $FAILED failed"
+[[ $FAILED -eq 0 ]]
