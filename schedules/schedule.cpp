@@ -146,11 +146,12 @@ std::vector<uint8_t> serialize(const Schedule& s) {
 }
 
 Schedule deserialize(std::span<const uint8_t> bytes, const std::string& source) {
+  if (!bytes.empty() && std::memcmp(bytes.data(), kMagic, std::min(bytes.size(), sizeof kMagic)) != 0)
+    fail(source, "offset 0: not a schedule file (bad magic)");
   if (bytes.size() < sizeof(FileHeader))
     fail(source, "truncated: ", bytes.size(), " bytes, a schedule header alone is ", sizeof(FileHeader));
   FileHeader h;
   std::memcpy(&h, bytes.data(), sizeof h);
-  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) fail(source, "offset 0: not a schedule file (bad magic)");
   if (h.version > kFormatVersion)
     fail(source, "offset 8: format version ", h.version, " is newer than this build reads (", kFormatVersion,
          "); rebuild the tools or re-plan with this mkplan");

@@ -5,6 +5,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tools/cli.hpp"
+
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
 
@@ -27,7 +29,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"op", "task"}));
   app.add_flag("-q,--quiet", quiet, "print nothing on success");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto code = mk::tools::parse(app, argc, argv, "mkplan")) return *code;
 
   try {
     const auto start = std::chrono::steady_clock::now();
@@ -37,13 +39,14 @@ int main(int argc, char** argv) {
     options.policy = mk::planner::policy_by_name(policy);
     const mk::planner::Plan plan = mk::planner::plan(model, options);
     const size_t bytes = mk::schedule::serialize(plan.schedule).size();
-    mk::schedule::write_file(plan.schedule, out_path);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (!dot_path.empty()) {
+    if (!dot_path.empty()) {  // before the schedule, so a bad --dot path leaves no half-done output
       std::ofstream dot(dot_path);
+      if (!dot) throw std::runtime_error(dot_path + ": cannot open for writing");
       mk::planner::write_dot(plan, dot, dot_level == "op" ? mk::planner::DotLevel::op : mk::planner::DotLevel::task);
       if (!dot) throw std::runtime_error(dot_path + ": write failed");
     }
+    mk::schedule::write_file(plan.schedule, out_path);
     if (!quiet) {
       std::cout << mk::planner::summary(plan);
       std::cout << "wrote " << out_path << ": " << bytes << " bytes, planned and verified in " << ms << " ms\n";

@@ -1,9 +1,12 @@
 // mkrun: run a schedule on a checkpoint: prefill over the prompt, then greedy decoding.
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
+
+#include "tools/cli.hpp"
 
 #include "device/runtime.hpp"
 
@@ -25,6 +28,7 @@ std::vector<int32_t> parse_ids(const std::string& text) {
     ids.push_back(static_cast<int32_t>(v));
   }
   if (ids.empty()) throw std::invalid_argument("--prompt-ids is empty");
+  if (text.back() == ',') throw std::invalid_argument("--prompt-ids ends with a comma");
   return ids;
 }
 
@@ -51,10 +55,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"deterministic", "shuffled"}));
   app.add_option("--seed", seed, "seed for --order shuffled")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (const auto code = mk::tools::parse(app, argc, argv, "mkrun")) return *code;
 
   try {
     const std::vector<int32_t> ids = parse_ids(prompt);
+    if (!dump.empty() && !std::ofstream(dump)) throw std::runtime_error(dump + ": cannot open for writing");
     const mk::schedule::Schedule schedule = mk::schedule::read_file(schedule_path);
     const mk::device::Checkpoint ckpt = mk::device::Checkpoint::open(weights_path);
     mk::device::check_weights(schedule, ckpt);

@@ -1,6 +1,8 @@
 // mkweights: writes a checkpoint of random weights matching a schedule, so that schedules can be
 // run end to end without downloading a real model.
 #include <CLI/CLI.hpp>
+
+#include "tools/cli.hpp"
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -26,16 +28,7 @@ int run(int argc, char** argv) {
   app.add_option("--seed", seed, "random seed")->capture_default_str()->type_name("N");
   app.footer("Example: mkweights schedule.bin -o weights/ --seed 7");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "mkweights: " << e.what() << " (see --help)\n";
-    return 1;
-  }
+  if (const auto code = mk::tools::parse(app, argc, argv, "mkweights")) return *code;
 
   const mk::schedule::Schedule schedule = mk::schedule::read_file(schedule_path);
   mk::device::write_random_checkpoint(schedule, out_dir, seed);
