@@ -20,7 +20,7 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t reps) {
+std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t reps, const std::string& trace = "") {
   device::ExecutorOptions eo;
   eo.max_context = context;
   device::CudaExecutor exec(s, eo);
@@ -38,6 +38,14 @@ std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t 
     const double t = exec.timed_step(17, context - 1) * 1e3;
     if (i >= 3) us.push_back(t);  // the first launches pay for module load and cold caches
   }
+  if (!trace.empty()) {  // one more step, traced
+    exec.enable_trace(true);
+    exec.timed_step(17, context - 1);
+    const auto events = exec.read_trace();
+    std::cout << device::trace_summary(s, events);
+    device::write_chrome_trace(s, events, trace + ".json");
+    device::write_trace_svg(s, events, trace + ".svg");
+  }
   return us;
 }
 
@@ -47,10 +55,12 @@ int main(int argc, char** argv) {
   CLI::App app{"mkbench: time the CUDA interpreter on a schedule (random weights generated on the GPU)"};
   std::string path;
   uint32_t context = 512, reps = 30;
+  std::string trace;
   app.add_option("schedule", path, "schedule file (mkplan)")->required();
   app.add_option("--context", context, "decode at this context length (the KV cache is filled with random values)")
       ->capture_default_str();
   app.add_option("--reps", reps, "timed steps")->capture_default_str();
+  app.add_option("--trace", trace, "also trace one step: writes PREFIX.json (Chrome/Perfetto) and PREFIX.svg, prints a per-op summary");
   CLI11_PARSE(app, argc, argv);
   try {
     const schedule::Schedule s = schedule::read_file(path);
@@ -61,7 +71,7 @@ int main(int argc, char** argv) {
       if (t.role == schedule::Role::kv_cache) kv_bytes += t.elements() * 2.0 * context;
     }
     const double floor_us = (weight_bytes + kv_bytes) / 4.58e12 * 1e6;
-    const double full = median(run(s, context, reps));
+    const double full = median(run(s, context, reps, trace));
     schedule::Schedule free = s;
     for (schedule::Instruction& inst : free.instructions) inst.wait_count = 0;
     const double no_waits = median(run(free, context, reps));

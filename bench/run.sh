@@ -11,5 +11,6 @@ for spec in "llama-3.2-1b 512 round-robin" "llama-3.2-1b 512 critical-path" "qwe
   set -- $spec
   "$BIN/mkplan" "examples/$1.yaml" -o "/tmp/mk-bench/$1-$3.bin" --sms "$sms" --policy "$3" -q
   echo "[$3]" | tee -a "$LOG/bench.log"
-  "$BIN/mkbench" "/tmp/mk-bench/$1-$3.bin" --context "$2" 2>&1 | tee -a "$LOG/bench.log"
+  trace=(); [ "$3" = round-robin ] && trace=(--trace "$LOG/trace-$1")
+  "$BIN/mkbench" "/tmp/mk-bench/$1-$3.bin" --context "$2" "${trace[@]}" 2>&1 | tee -a "$LOG/bench.log"
 done

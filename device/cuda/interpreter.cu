@@ -40,6 +40,7 @@ struct KernelParams {
   ErrorRecord* error;
   uint64_t timeout_ns;
   uint32_t ring_stages;
+  uint64_t* trace;  // optional: per instruction, globaltimer at start, after its waits, at the end
 };
 
 __device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
@@ -152,12 +153,19 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
     block_sync();  // everyone is done with the previous instruction
     if (threadIdx.x < sizeof(schedule::Instruction) / 4)
       reinterpret_cast<uint32_t*>(&inst)[threadIdx.x] = reinterpret_cast<const uint32_t*>(p.instructions + i)[threadIdx.x];
-    if (threadIdx.x == 0) go = counter_wait(p, p.instructions[i], i - begin);
+    if (threadIdx.x == 0) {
+      if (p.trace) p.trace[3 * i] = global_timer();
+      go = counter_wait(p, p.instructions[i], i - begin);
+      if (p.trace) p.trace[3 * i + 1] = global_timer();
+    }
     block_sync();
     if (!go) return;
     execute(inst, p.ctx, p.tensors, bc);
     block_sync();
-    if (threadIdx.x == 0) counter_signal(p, p.instructions[i]);
+    if (threadIdx.x == 0) {
+      counter_signal(p, p.instructions[i]);
+      if (p.trace) p.trace[3 * i + 2] = global_timer();
+    }
   }
 }
 
@@ -293,6 +301,7 @@ CudaExecutor::~CudaExecutor() {
   cudaFree(const_cast<uint32_t*>(st_->params.signals));
   cudaFree(st_->params.counters);
   cudaFree(st_->error);
+  cudaFree(st_->params.trace);
   if (st_->stream) cudaStreamDestroy(st_->stream);
 }
 
@@ -350,6 +359,25 @@ float CudaExecutor::timed_step(uint32_t token, uint32_t pos) {
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   return ms;
+}
+
+void CudaExecutor::enable_trace(bool on) {
+  if (on && !st_->params.trace) {
+    check(cudaMalloc(&st_->params.trace, std::max<size_t>(1, st_->s->instructions.size()) * 3 * sizeof(uint64_t)), "trace");
+  } else if (!on && st_->params.trace) {
+    cudaFree(st_->params.trace);
+    st_->params.trace = nullptr;
+  }
+}
+
+std::vector<TraceEvent> CudaExecutor::read_trace() const {
+  if (!st_->params.trace) throw CudaError("read_trace: tracing is off");
+  std::vector<uint64_t> raw(st_->s->instructions.size() * 3);
+  check(cudaStreamSynchronize(st_->stream), "trace");
+  check(cudaMemcpy(raw.data(), st_->params.trace, raw.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost), "trace");
+  std::vector<TraceEvent> events(st_->s->instructions.size());
+  for (size_t i = 0; i < events.size(); ++i) events[i] = TraceEvent{raw[3 * i], raw[3 * i + 1], raw[3 * i + 2]};
+  return events;
 }
 
 void CudaExecutor::fill_random(uint32_t tensor, uint32_t seed, float scale) {

@@ -5,7 +5,9 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "device/trace.hpp"
 #include "schedules/schedule.hpp"
 
 namespace mk::device {
@@ -54,6 +56,10 @@ class CudaExecutor {
   // Fills a tensor with deterministic pseudo-random values (bf16 or f32, std about `scale`),
   // for benchmarks that need no checkpoint.
   void fill_random(uint32_t tensor, uint32_t seed, float scale);
+
+  // Tracing: when on, every launch records each instruction's times (device/trace.hpp).
+  void enable_trace(bool on);
+  std::vector<TraceEvent> read_trace() const;  // of the last launch, by instruction index
 
   uint32_t shared_bytes() const;
 
