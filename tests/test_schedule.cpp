@@ -399,7 +399,7 @@ TEST_CASE("schedule validator: payload tensor ids and regions") {
     Schedule s = good;
     const uint32_t i = first_of(s, Opcode::attention);
     auto p = payload<mk::schedule::AttentionPayload>(s.instructions[i]);
-    p.heads += p.kv_heads;
+    p.heads *= 2;  // a valid group size (8), but qkv no longer fits
     set_payload(s.instructions[i], p);
     CHECK(contains(validator_refusal(s), "qkv: tensor "));
   }

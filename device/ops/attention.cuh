@@ -8,12 +8,10 @@
 
 namespace mk::device {
 
-inline constexpr uint32_t kAttnLaneElems = schedule::kMaxHeadDim / 32;  // head elements per lane
-
 // Shared memory: cos/sin, q heads, current k and v, then per-warp partials.
 inline uint32_t attention_shared_bytes(const schedule::AttentionPayload& p) {
   const uint32_t hd = p.head_dim, rep = p.heads / p.kv_heads;
-  return (hd + rep * hd + 2 * hd + kWarps * rep * (hd + 2)) * 4;
+  return (hd + rep * hd + 2 * hd + hd + kWarps * rep * (hd + 2)) * 4;
 }
 
 namespace detail {
@@ -27,11 +25,95 @@ __device__ inline void warp_rms_norm(float* v, const uint16_t* w, uint32_t n, fl
   for (uint32_t i = threadIdx.x % 32; i < n; i += 32) v[i] = v[i] * inv * bf16_to_f32(w[i]);
 }
 
+// Lanes work in groups of hd/8 (rounded up to a power of two), one position per group, each
+// lane holding 8 elements of k, v and of the REP accumulators; a warp covers 32/group
+// positions per step and prefetches the next step's k and v. Online softmax per q head; the
+// groups of a warp are merged with shuffles, the result goes to part[warp].
+template <uint32_t REP>
+__device__ void attend_positions(const schedule::AttentionPayload& p, const float* q, const uint16_t* k_head,
+                                 const uint16_t* v_head, const uint16_t* kcur16, const uint16_t* vcur16, uint32_t begin,
+                                 uint32_t stop, bool last, float* part) {
+  const uint32_t hd = p.head_dim, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint32_t groups_lanes = hd / 8;
+  uint32_t width = 1;
+  while (width < groups_lanes) width *= 2;
+  const uint32_t per_step = 32 / width, group = lane / width, sub = lane % width, e0 = sub * 8;
+  const bool active = sub < groups_lanes;
+  const uint32_t current = stop - 1;  // meaningful when last
+  float acc[REP][8], m[REP], l[REP];
+#pragma unroll
+  for (uint32_t r = 0; r < REP; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0;
+#pragma unroll
+    for (uint32_t j = 0; j < 8; ++j) acc[r][j] = 0;
+  }
+  auto fetch = [&](uint32_t pos, uint4& kr, uint4& vr) {
+    kr = vr = make_uint4(0, 0, 0, 0);
+    if (!active || pos >= stop) return;
+    if (last && pos == current) {
+      kr = *reinterpret_cast<const uint4*>(kcur16 + e0);
+      vr = *reinterpret_cast<const uint4*>(vcur16 + e0);
+    } else {  // written by earlier launches only: the read-only path is safe
+      kr = __ldg(reinterpret_cast<const uint4*>(k_head + uint64_t{pos} * hd + e0));
+      vr = __ldg(reinterpret_cast<const uint4*>(v_head + uint64_t{pos} * hd + e0));
+    }
+  };
+  const uint32_t stride = kWarps * per_step;
+  uint32_t pos = begin + warp * per_step + group;
+  uint4 kr, vr;
+  fetch(pos, kr, vr);
+  for (uint32_t base = begin + warp * per_step; base < stop; base += stride, pos += stride) {
+    uint4 kn, vn;
+    fetch(pos + stride, kn, vn);
+    const bool valid = active && pos < stop;
+    const float v[8] = {bf16_lo(vr.x), bf16_hi(vr.x), bf16_lo(vr.y), bf16_hi(vr.y),
+                        bf16_lo(vr.z), bf16_hi(vr.z), bf16_lo(vr.w), bf16_hi(vr.w)};
+#pragma unroll
+    for (uint32_t r = 0; r < REP; ++r) {
+      const float4* q4 = reinterpret_cast<const float4*>(q + r * hd + e0);
+      float dot = active ? dot8(kr, q4[0], q4[1]) : 0.0f;
+      for (uint32_t o = width / 2; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      if (valid) {
+        const float score = dot * p.scale;
+        const float m_new = fmaxf(m[r], score);
+        const float correction = expf(m[r] - m_new), w = expf(score - m_new);
+#pragma unroll
+        for (uint32_t j = 0; j < 8; ++j) acc[r][j] = acc[r][j] * correction + w * v[j];
+        l[r] = l[r] * correction + w;
+        m[r] = m_new;
+      }
+    }
+    kr = kn;
+    vr = vn;
+  }
+  // Merge the groups of this warp (lanes with the same sub hold the same elements).
+#pragma unroll
+  for (uint32_t r = 0; r < REP; ++r) {
+    float M = m[r];
+    for (uint32_t o = width; o < 32; o *= 2) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    const float f = m[r] == -INFINITY ? 0.0f : expf(m[r] - M);
+    float lsum = l[r] * f;
+    for (uint32_t o = width; o < 32; o *= 2) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
+#pragma unroll
+    for (uint32_t j = 0; j < 8; ++j) {
+      float a = acc[r][j] * f;
+      for (uint32_t o = width; o < 32; o *= 2) a += __shfl_xor_sync(0xffffffffu, a, o);
+      acc[r][j] = a;
+    }
+    float* mine = part + (warp * REP + r) * (hd + 2);
+    if (group == 0 && active)
+#pragma unroll
+      for (uint32_t j = 0; j < 8; ++j) mine[e0 + j] = acc[r][j];
+    if (lane == 0) mine[hd] = M, mine[hd + 1] = lsum;
+  }
+}
+
 }  // namespace detail
 
-// One unit (kv head g, split s) at a time. Warps take positions round-robin; per position a
-// warp computes the scores of all q heads of the group (lanes split head_dim) and keeps an
-// online softmax per head; the warps' partials are then merged in shared memory.
+// One unit (kv head g, split s) at a time: q heads normed and roped into shared memory, the
+// current k and v rounded to bf16 (and appended to the cache by the last split), then
+// attend_positions over the split's positions, then the warps' partials merged.
 __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                BlockContext& bc) {
   const uint32_t hd = p.head_dim, half = hd / 2, rep = p.heads / p.kv_heads, S = p.kv_splits;
@@ -40,7 +122,9 @@ __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedu
   float* q = cs + hd;                          // [rep][hd]
   float* kcur = q + rep * hd;
   float* vcur = kcur + hd;
-  float* part = vcur + hd;  // [kWarps][rep][hd + 2]
+  uint16_t* kcur16 = reinterpret_cast<uint16_t*>(vcur + hd);  // the current k and v as stored
+  uint16_t* vcur16 = kcur16 + hd;
+  float* part = reinterpret_cast<float*>(vcur16 + hd);  // [kWarps][rep][hd + 2]
   for (uint32_t i = tid; i < half; i += kThreads) {
     double s, c;
     sincos(rope_angle(p, i, ctx.pos), &s, &c);
@@ -79,8 +163,8 @@ __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedu
     const uint64_t head_base = uint64_t{g} * ctx.max_context * hd;
     for (uint32_t i = tid; i < hd; i += kThreads) {  // the cache holds bf16; use the same values
       const uint16_t kb = f32_to_bf16(kcur[i]), vb = f32_to_bf16(vcur[i]);
-      kcur[i] = bf16_to_f32(kb);
-      vcur[i] = bf16_to_f32(vb);
+      kcur16[i] = kb;
+      vcur16[i] = vb;
       if (last) {
         kc[head_base + uint64_t{ctx.pos} * hd + i] = kb;
         vc[head_base + uint64_t{ctx.pos} * hd + i] = vb;
@@ -90,50 +174,13 @@ __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedu
 
     const uint32_t begin = min(ctx.pos, s * chunk), end = min(ctx.pos, (s + 1) * chunk);
     const uint32_t stop = last ? end + 1 : end;  // the last split also takes the current position
-    float m[schedule::kMaxGroup], l[schedule::kMaxGroup], acc[schedule::kMaxGroup][kAttnLaneElems];
-#pragma unroll
-    for (uint32_t r = 0; r < schedule::kMaxGroup; ++r) {
-      m[r] = -INFINITY;
-      l[r] = 0;
-#pragma unroll
-      for (uint32_t j = 0; j < kAttnLaneElems; ++j) acc[r][j] = 0;
-    }
-    for (uint32_t pos = begin + warp; pos < stop; pos += kWarps) {
-      const bool current = last && pos == end;
-      float k[kAttnLaneElems], v[kAttnLaneElems];
-#pragma unroll
-      for (uint32_t j = 0; j < kAttnLaneElems; ++j) {
-        const uint32_t e = lane + 32 * j;
-        k[j] = v[j] = 0;
-        if (e < hd) {
-          k[j] = current ? kcur[e] : bf16_to_f32(kc[head_base + uint64_t{pos} * hd + e]);
-          v[j] = current ? vcur[e] : bf16_to_f32(vc[head_base + uint64_t{pos} * hd + e]);
-        }
-      }
-#pragma unroll
-      for (uint32_t r = 0; r < schedule::kMaxGroup; ++r) {
-        if (r >= rep) break;
-        float dot = 0;
-#pragma unroll
-        for (uint32_t j = 0; j < kAttnLaneElems; ++j)
-          if (lane + 32 * j < hd) dot += q[r * hd + lane + 32 * j] * k[j];
-        const float score = warp_sum(dot) * p.scale;
-        const float m_new = fmaxf(m[r], score);
-        const float correction = expf(m[r] - m_new), w = expf(score - m_new);
-#pragma unroll
-        for (uint32_t j = 0; j < kAttnLaneElems; ++j) acc[r][j] = acc[r][j] * correction + w * v[j];
-        l[r] = l[r] * correction + w;
-        m[r] = m_new;
-      }
-    }
-#pragma unroll
-    for (uint32_t r = 0; r < schedule::kMaxGroup; ++r) {
-      if (r >= rep) break;
-      float* mine = part + (warp * rep + r) * (hd + 2);
-#pragma unroll
-      for (uint32_t j = 0; j < kAttnLaneElems; ++j)
-        if (lane + 32 * j < hd) mine[lane + 32 * j] = acc[r][j];
-      if (lane == 0) mine[hd] = m[r], mine[hd + 1] = l[r];
+    const uint16_t* k_head = kc + head_base;
+    const uint16_t* v_head = vc + head_base;
+    switch (rep) {
+      case 1: detail::attend_positions<1>(p, q, k_head, v_head, kcur16, vcur16, begin, stop, last, part); break;
+      case 2: detail::attend_positions<2>(p, q, k_head, v_head, kcur16, vcur16, begin, stop, last, part); break;
+      case 4: detail::attend_positions<4>(p, q, k_head, v_head, kcur16, vcur16, begin, stop, last, part); break;
+      default: detail::attend_positions<8>(p, q, k_head, v_head, kcur16, vcur16, begin, stop, last, part); break;
     }
     block_sync();
     // Merge the warps: out = (sum_w e^(m_w - M) acc_w, M, sum_w e^(m_w - M) l_w).

@@ -62,7 +62,11 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
   float* acc = x + cols;
   float* partial = acc + 2 * rows;
   const float* in = mem.at<const float>(p.in);
-  for (uint32_t i = tid; i < cols; i += kThreads) x[i] = load_activation(in + i);
+  // 16-byte loads, unrolled so that a thread's loads are all in flight at once.
+  const float4* in4 = reinterpret_cast<const float4*>(in);
+  float4* x4w = reinterpret_cast<float4*>(x);
+#pragma unroll 4
+  for (uint32_t i = tid; i < cols / 4; i += kThreads) x4w[i] = __ldcg(in4 + i);
   for (uint32_t i = tid; i < 2 * rows; i += kThreads) acc[i] = 0;
   if (p.norm != schedule::kNone) {
     float ss = 0;

@@ -37,7 +37,7 @@ uint32_t infer(OpCheck& c) {
   if (k.shape != v.shape) c.fail("v_cache", "shape mismatch: k and v caches differ");
   if (&k == &v) c.fail("v_cache", "k_cache and v_cache must be different caches");
   const uint32_t kv_heads = k.shape[0], hd = k.shape[1];
-  if (hd % 2 || hd > schedule::kMaxHeadDim) c.fail("k_cache", "head_dim must be even and at most 128");
+  if (hd % 8 || hd > schedule::kMaxHeadDim) c.fail("k_cache", "head_dim must be a multiple of 8, at most 128");
   const TensorInfo& qkv = c.tensor("qkv");
   if (qkv.role != schedule::Role::activation || qkv.dtype != schedule::DType::f32)
     c.fail("qkv", "'" + qkv.name + "' must be an f32 activation");
@@ -57,7 +57,8 @@ uint32_t infer(OpCheck& c) {
   if (scaling != "none" && scaling != "llama3")
     c.fail(nullptr, "config rope.scaling is '" + scaling + "'; expected none or llama3");
   const uint32_t heads = static_cast<uint32_t>(n / hd - 2 * kv_heads);
-  if (heads / kv_heads > schedule::kMaxGroup) c.fail("qkv", "at most 8 q heads per kv head");
+  const uint32_t group = heads / kv_heads;
+  if (group > schedule::kMaxGroup || (group & (group - 1))) c.fail("qkv", "q heads per kv head must be 1, 2, 4 or 8");
   c.set_output({kv_heads, static_cast<uint32_t>(splits), heads / kv_heads, hd + 2});
   return kv_heads * static_cast<uint32_t>(splits);
 }

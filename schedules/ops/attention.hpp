@@ -5,7 +5,7 @@ namespace mk::schedule {
 
 // Limits of the device implementation (registers per lane).
 inline constexpr uint32_t kMaxHeadDim = 128;
-inline constexpr uint32_t kMaxGroup = 8;  // q heads per kv head
+inline constexpr uint32_t kMaxGroup = 8;  // q heads per kv head: 1, 2, 4 or 8
 
 enum class RopeScaling : uint32_t { none = 0, llama3 = 1 };
 
