@@ -80,10 +80,13 @@ __device__ bool counter_wait(const KernelParams& p, const schedule::Instruction&
   return true;
 }
 
-// Publish the block's writes device-wide, then count them.
+// Count the instruction done with release semantics: after the block barrier, the release
+// makes every thread's writes visible device-wide before the increment is.
 __device__ void counter_signal(const KernelParams& p, const schedule::Instruction& inst) {
-  __threadfence();
-  for (uint32_t k = 0; k < inst.signal_count; ++k) atomicAdd(p.counters + p.signals[inst.signal_begin + k], 1u);
+  for (uint32_t k = 0; k < inst.signal_count; ++k) {
+    uint32_t* counter = p.counters + p.signals[inst.signal_begin + k];
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+  }
 }
 
 __device__ void execute(const schedule::Instruction& inst, const schedule::StepContext& ctx, const TensorTable& mem,

@@ -18,9 +18,20 @@ __device__ inline void gpu_run(const schedule::ArgmaxPayload& p, const schedule:
   const float* in = mem.at<const float>(p.in);
   float best = -INFINITY;
   uint32_t index = 0xffffffffu;
-  for (uint32_t i = threadIdx.x; i < p.count; i += kThreads) {
-    const float v = load_activation(in + i);
-    if (detail::argmax_better(v, i, best, index)) best = v, index = i;  // NaN never compares better
+  // Eight independent loads in flight per thread, then the comparisons.
+  constexpr uint32_t kBatch = 8;
+  for (uint32_t base = 0; base < p.count; base += kBatch * kThreads) {
+    float v[kBatch];
+#pragma unroll
+    for (uint32_t k = 0; k < kBatch; ++k) {
+      const uint32_t i = base + k * kThreads + threadIdx.x;
+      v[k] = i < p.count ? load_activation(in + i) : -INFINITY;
+    }
+#pragma unroll
+    for (uint32_t k = 0; k < kBatch; ++k) {
+      const uint32_t i = base + k * kThreads + threadIdx.x;
+      if (i < p.count && detail::argmax_better(v[k], i, best, index)) best = v[k], index = i;  // NaN never wins
+    }
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {

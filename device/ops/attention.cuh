@@ -141,10 +141,12 @@ __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedu
     const uint32_t g = unit / S, s = unit % S;
     const bool last = s == S - 1;
     block_sync();
-    for (uint32_t i = tid; i < rep * hd; i += kThreads) q[i] = load_activation(qkv + g * rep * hd + i);
-    for (uint32_t i = tid; i < hd; i += kThreads) {
-      kcur[i] = load_activation(qkv + (p.heads + g) * hd + i);
-      vcur[i] = load_activation(qkv + (p.heads + p.kv_heads + g) * hd + i);
+    // q heads, k and v of this group in one batch of loads (q, kcur, vcur are contiguous).
+    for (uint32_t i = tid; i < (rep + 2) * hd; i += kThreads) {
+      const uint32_t from = i < rep * hd       ? g * rep * hd + i
+                            : i < (rep + 1) * hd ? (p.heads + g) * hd + i - rep * hd
+                                                 : (p.heads + p.kv_heads + g) * hd + i - (rep + 1) * hd;
+      q[i] = load_activation(qkv + from);
     }
     block_sync();
     if (warp < rep && p.q_norm != schedule::kNone)

@@ -13,16 +13,20 @@ __device__ inline void gpu_run(const schedule::AttnReducePayload& p, const sched
   const uint32_t hd = p.head_dim, S = p.kv_splits;
   for (uint32_t i = threadIdx.x; i < (p.head_end - p.head_begin) * hd; i += kThreads) {
     const uint32_t h = p.head_begin + i / hd, e = i % hd, g = h / p.rep, r = h % p.rep;
-    auto part = [&](uint32_t s) { return in + ((uint64_t{g} * S + s) * p.rep + r) * (hd + 2); };
-    float M = -INFINITY;
-    for (uint32_t s = 0; s < S; ++s) M = fmaxf(M, load_activation(part(s) + hd));
-    float L = 0, acc = 0;
+    const float* first = in + (uint64_t{g} * S * p.rep + r) * (hd + 2);
+    const uint64_t stride = uint64_t{p.rep} * (hd + 2);  // from one split's partial to the next
+    // All of a thread's loads are independent: issue them before using any (latency, not
+    // bandwidth, is what this op costs).
+    float M = -INFINITY, L = 0, acc = 0;
+#pragma unroll 8
+    for (uint32_t s = 0; s < S; ++s) M = fmaxf(M, load_activation(first + s * stride + hd));
+#pragma unroll 8
     for (uint32_t s = 0; s < S; ++s) {
-      const float l = load_activation(part(s) + hd + 1);
-      if (l == 0) continue;
-      const float w = expf(load_activation(part(s) + hd) - M);
+      const float m = load_activation(first + s * stride + hd), l = load_activation(first + s * stride + hd + 1);
+      const float a = load_activation(first + s * stride + e);
+      const float w = l == 0 ? 0.0f : expf(m - M);
       L += w * l;
-      acc += w * load_activation(part(s) + e);
+      acc += w * a;
     }
     out[uint64_t{h} * hd + e] = acc / L;
   }
