@@ -25,67 +25,70 @@ __device__ inline void warp_rms_norm(float* v, const uint16_t* w, uint32_t n, fl
   for (uint32_t i = threadIdx.x % 32; i < n; i += 32) v[i] = v[i] * inv * bf16_to_f32(w[i]);
 }
 
-// Lanes work in groups of hd/8 (rounded up to a power of two), one position per group, each
-// lane holding 8 elements of k, v and of the REP accumulators; a warp covers 32/group
-// positions per step and prefetches the next step's k and v. Online softmax per q head; the
+// Lanes work in groups of hd/4 (rounded up to a power of two), one position per group, each
+// lane holding 4 elements of k, v and of the REP accumulators (8-byte loads: with 1024 threads
+// a lane has 64 registers, and 8 elements per lane spilled). A warp covers 32/group positions
+// per step and keeps the next step' k and v in flight. Online softmax per q head; the
 // groups of a warp are merged with shuffles, the result goes to part[warp].
 template <uint32_t REP>
-__device__ void attend_positions(const schedule::AttentionPayload& p, const float* q, const uint16_t* k_head,
-                                 const uint16_t* v_head, const uint16_t* kcur16, const uint16_t* vcur16, uint32_t begin,
-                                 uint32_t stop, bool last, float* part) {
+__device__ __noinline__ void attend_positions(const schedule::AttentionPayload& p, const float* q, const uint16_t* k_head,
+                                              const uint16_t* v_head, const uint16_t* kcur16, const uint16_t* vcur16,
+                                              uint32_t begin, uint32_t stop, bool last, float* part) {
+  constexpr uint32_t kDepth = 2;  // steps of k and v in flight
   const uint32_t hd = p.head_dim, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const uint32_t groups_lanes = hd / 8;
+  const uint32_t group_lanes = hd / 4;
   uint32_t width = 1;
-  while (width < groups_lanes) width *= 2;
-  const uint32_t per_step = 32 / width, group = lane / width, sub = lane % width, e0 = sub * 8;
-  const bool active = sub < groups_lanes;
+  while (width < group_lanes) width *= 2;
+  const uint32_t per_step = 32 / width, group = lane / width, sub = lane % width, e0 = sub * 4;
+  const bool active = sub < group_lanes;
   const uint32_t current = stop - 1;  // meaningful when last
-  float acc[REP][8], m[REP], l[REP];
+  float acc[REP][4], m[REP], l[REP];
 #pragma unroll
   for (uint32_t r = 0; r < REP; ++r) {
     m[r] = -INFINITY;
     l[r] = 0;
 #pragma unroll
-    for (uint32_t j = 0; j < 8; ++j) acc[r][j] = 0;
+    for (uint32_t j = 0; j < 4; ++j) acc[r][j] = 0;
   }
-  auto fetch = [&](uint32_t pos, uint4& kr, uint4& vr) {
-    kr = vr = make_uint4(0, 0, 0, 0);
+  auto fetch = [&](uint32_t pos, uint2& kr, uint2& vr) {
+    kr = vr = make_uint2(0, 0);
     if (!active || pos >= stop) return;
     if (last && pos == current) {
-      kr = *reinterpret_cast<const uint4*>(kcur16 + e0);
-      vr = *reinterpret_cast<const uint4*>(vcur16 + e0);
+      kr = *reinterpret_cast<const uint2*>(kcur16 + e0);
+      vr = *reinterpret_cast<const uint2*>(vcur16 + e0);
     } else {  // written by earlier launches only: the read-only path is safe
-      kr = __ldg(reinterpret_cast<const uint4*>(k_head + uint64_t{pos} * hd + e0));
-      vr = __ldg(reinterpret_cast<const uint4*>(v_head + uint64_t{pos} * hd + e0));
+      kr = __ldg(reinterpret_cast<const uint2*>(k_head + uint64_t{pos} * hd + e0));
+      vr = __ldg(reinterpret_cast<const uint2*>(v_head + uint64_t{pos} * hd + e0));
     }
   };
   const uint32_t stride = kWarps * per_step;
-  uint32_t pos = begin + warp * per_step + group;
-  uint4 kr, vr;
-  fetch(pos, kr, vr);
+  const uint32_t first = begin + warp * per_step + group;
+  uint2 kq[kDepth], vq[kDepth];
+#pragma unroll
+  for (uint32_t d = 0; d < kDepth; ++d) fetch(first + d * stride, kq[d], vq[d]);
+  uint32_t pos = first;
   for (uint32_t base = begin + warp * per_step; base < stop; base += stride, pos += stride) {
-    uint4 kn, vn;
-    fetch(pos + stride, kn, vn);
+    const uint2 kr = kq[0], vr = vq[0];
+#pragma unroll
+    for (uint32_t d = 0; d + 1 < kDepth; ++d) kq[d] = kq[d + 1], vq[d] = vq[d + 1];
+    fetch(pos + kDepth * stride, kq[kDepth - 1], vq[kDepth - 1]);
     const bool valid = active && pos < stop;
-    const float v[8] = {bf16_lo(vr.x), bf16_hi(vr.x), bf16_lo(vr.y), bf16_hi(vr.y),
-                        bf16_lo(vr.z), bf16_hi(vr.z), bf16_lo(vr.w), bf16_hi(vr.w)};
+    const float v[4] = {bf16_lo(vr.x), bf16_hi(vr.x), bf16_lo(vr.y), bf16_hi(vr.y)};
 #pragma unroll
     for (uint32_t r = 0; r < REP; ++r) {
-      const float4* q4 = reinterpret_cast<const float4*>(q + r * hd + e0);
-      float dot = active ? dot8(kr, q4[0], q4[1]) : 0.0f;
+      const float4 qv = *reinterpret_cast<const float4*>(q + r * hd + e0);
+      float dot = active ? bf16_lo(kr.x) * qv.x + bf16_hi(kr.x) * qv.y + bf16_lo(kr.y) * qv.z + bf16_hi(kr.y) * qv.w : 0.0f;
       for (uint32_t o = width / 2; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
       if (valid) {
         const float score = dot * p.scale;
         const float m_new = fmaxf(m[r], score);
         const float correction = expf(m[r] - m_new), w = expf(score - m_new);
 #pragma unroll
-        for (uint32_t j = 0; j < 8; ++j) acc[r][j] = acc[r][j] * correction + w * v[j];
+        for (uint32_t j = 0; j < 4; ++j) acc[r][j] = acc[r][j] * correction + w * v[j];
         l[r] = l[r] * correction + w;
         m[r] = m_new;
       }
     }
-    kr = kn;
-    vr = vn;
   }
   // Merge the groups of this warp (lanes with the same sub hold the same elements).
 #pragma unroll
@@ -96,7 +99,7 @@ __device__ void attend_positions(const schedule::AttentionPayload& p, const floa
     float lsum = l[r] * f;
     for (uint32_t o = width; o < 32; o *= 2) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
 #pragma unroll
-    for (uint32_t j = 0; j < 8; ++j) {
+    for (uint32_t j = 0; j < 4; ++j) {
       float a = acc[r][j] * f;
       for (uint32_t o = width; o < 32; o *= 2) a += __shfl_xor_sync(0xffffffffu, a, o);
       acc[r][j] = a;
@@ -104,7 +107,7 @@ __device__ void attend_positions(const schedule::AttentionPayload& p, const floa
     float* mine = part + (warp * REP + r) * (hd + 2);
     if (group == 0 && active)
 #pragma unroll
-      for (uint32_t j = 0; j < 8; ++j) mine[e0 + j] = acc[r][j];
+      for (uint32_t j = 0; j < 4; ++j) mine[e0 + j] = acc[r][j];
     if (lane == 0) mine[hd] = M, mine[hd + 1] = lsum;
   }
 }
