@@ -30,9 +30,9 @@ void cpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& c
   const uint32_t hd = p.head_dim, rep = p.heads / p.kv_heads, S = p.kv_splits;
   std::vector<float> cos_t(hd / 2), sin_t(hd / 2);
   for (uint32_t i = 0; i < hd / 2; ++i) {
-    const double a = rope_angle(p, i, ctx.pos);
-    cos_t[i] = static_cast<float>(std::cos(a));
-    sin_t[i] = static_cast<float>(std::sin(a));
+    const float a = rope_angle(p, i, ctx.pos);
+    cos_t[i] = std::cos(a);
+    sin_t[i] = std::sin(a);
   }
   const float* qkv = mem.at<const float>(p.qkv);
   uint16_t* kc = mem.at<uint16_t>(p.k_cache);
