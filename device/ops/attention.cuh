@@ -52,31 +52,57 @@ struct SoftmaxState {
   }
 
   // Positions [0, count) of a k block and a v block ([count][hd] bf16 each, in shared memory).
+  // Each group takes kBatch positions at a time: their kBatch * REP dot products reduce in
+  // independent shuffle chains, and one max and one correction cover the batch (a warp walking
+  // one position at a time was bound by the latency of that chain).
   __device__ void attend(const uint16_t* k, const uint16_t* v, uint32_t count, const float* q, uint32_t hd, float scale) {
-    const uint32_t per_step = 32 / width;
-    for (uint32_t base = 0; base < count; base += per_step) {
-      const uint32_t j = base + group;
-      const bool valid = active && j < count;
-      uint2 kr = make_uint2(0, 0), vr = make_uint2(0, 0);
-      if (valid) {
-        kr = *reinterpret_cast<const uint2*>(k + j * hd + e0);
-        vr = *reinterpret_cast<const uint2*>(v + j * hd + e0);
+    constexpr uint32_t kBatch = REP <= 2 ? 4 : REP == 4 ? 2 : 1;  // as many as 64 registers allow
+    const uint32_t groups = 32 / width;
+    for (uint32_t base = 0; base < count; base += groups * kBatch) {
+      float s[kBatch][REP];
+      bool ok[kBatch];
+#pragma unroll
+      for (uint32_t t = 0; t < kBatch; ++t) {
+        const uint32_t j = base + t * groups + group;
+        ok[t] = active && j < count;
+        const uint2 kr = ok[t] ? *reinterpret_cast<const uint2*>(k + j * hd + e0) : make_uint2(0, 0);
+#pragma unroll
+        for (uint32_t r = 0; r < REP; ++r) {
+          const float4 qv = *reinterpret_cast<const float4*>(q + r * hd + e0);
+          s[t][r] = bf16_lo(kr.x) * qv.x + bf16_hi(kr.x) * qv.y + bf16_lo(kr.y) * qv.z + bf16_hi(kr.y) * qv.w;
+        }
       }
-      const float vv[4] = {bf16_lo(vr.x), bf16_hi(vr.x), bf16_lo(vr.y), bf16_hi(vr.y)};
+      for (uint32_t o = width / 2; o > 0; o /= 2)
+#pragma unroll
+        for (uint32_t t = 0; t < kBatch; ++t)
+#pragma unroll
+          for (uint32_t r = 0; r < REP; ++r) s[t][r] += __shfl_xor_sync(0xffffffffu, s[t][r], o);
+      if (!ok[0]) continue;  // positions are taken in order: no later one is valid either
+      uint2 vr[kBatch];
+#pragma unroll
+      for (uint32_t t = 0; t < kBatch; ++t)
+        vr[t] = ok[t] ? *reinterpret_cast<const uint2*>(v + (base + t * groups + group) * hd + e0) : make_uint2(0, 0);
 #pragma unroll
       for (uint32_t r = 0; r < REP; ++r) {
-        const float4 qv = *reinterpret_cast<const float4*>(q + r * hd + e0);
-        float dot = valid ? bf16_lo(kr.x) * qv.x + bf16_hi(kr.x) * qv.y + bf16_lo(kr.y) * qv.z + bf16_hi(kr.y) * qv.w : 0.0f;
-        for (uint32_t o = width / 2; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        if (valid) {
-          const float score = dot * scale;
-          const float m_new = fmaxf(m[r], score);
-          const float correction = expf(m[r] - m_new), w = expf(score - m_new);
+        float m_new = m[r];
 #pragma unroll
-          for (uint32_t e = 0; e < 4; ++e) acc[r][e] = acc[r][e] * correction + w * vv[e];
-          l[r] = l[r] * correction + w;
-          m[r] = m_new;
+        for (uint32_t t = 0; t < kBatch; ++t)
+          if (ok[t]) m_new = fmaxf(m_new, s[t][r] * scale);
+        const float correction = expf(m[r] - m_new);
+        l[r] *= correction;
+#pragma unroll
+        for (uint32_t e = 0; e < 4; ++e) acc[r][e] *= correction;
+#pragma unroll
+        for (uint32_t t = 0; t < kBatch; ++t) {
+          if (!ok[t]) continue;
+          const float w = expf(s[t][r] * scale - m_new);
+          l[r] += w;
+          acc[r][0] += w * bf16_lo(vr[t].x);
+          acc[r][1] += w * bf16_hi(vr[t].x);
+          acc[r][2] += w * bf16_lo(vr[t].y);
+          acc[r][3] += w * bf16_hi(vr[t].y);
         }
+        m[r] = m_new;
       }
     }
   }
@@ -124,7 +150,7 @@ __device__ void unit_tiles(const schedule::AttentionPayload& p, const schedule::
 // softmax state; warp 0 also takes the current position (its k and v are not in the cache
 // until this launch); each warp then writes its partial.
 template <uint32_t REP>
-__device__ void attend_unit(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
+__device__ __noinline__ void attend_unit(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                             uint32_t unit, bool last, const float* q, const uint16_t* kcur16, const uint16_t* vcur16,
                             float* part, WeightRing& ring) {
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
