@@ -14,3 +14,10 @@ for spec in "llama-3.2-1b 512 round-robin" "llama-3.2-1b 512 critical-path" "qwe
   trace=(); [ "$3" = round-robin ] && trace=(--trace "$LOG/trace-$1")
   "$BIN/mkbench" "/tmp/mk-bench/$1-$3.bin" --context "$2" "${trace[@]}" 2>&1 | tee -a "$LOG/bench.log"
 done
+
+# Plan-level variant: fewer KV splits at short context (Llama-3.2-1B, 512 positions).
+sed -e 's/kv_splits: 16/kv_splits: 4/' -e 's/kv_splits: kv_splits, split: 128/kv_splits: kv_splits, split: 32/' \
+  examples/llama-3.2-1b.yaml > /tmp/mk-bench/llama-3.2-1b-splits4.yaml
+"$BIN/mkplan" /tmp/mk-bench/llama-3.2-1b-splits4.yaml -o /tmp/mk-bench/llama-3.2-1b-splits4.bin --sms "$sms" -q
+echo "[kv_splits 4]" | tee -a "$LOG/bench.log"
+"$BIN/mkbench" /tmp/mk-bench/llama-3.2-1b-splits4.bin --context 512 2>&1 | tee -a "$LOG/bench.log"

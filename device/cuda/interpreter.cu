@@ -117,9 +117,8 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring) {
         aborted = *static_cast<volatile uint32_t*>(&p.error->code) != 0;
     }
     if (aborted) return;
-    mbar_expect_bytes(ring.full + stage, t.bytes[0] + t.bytes[1]);
-    bulk_copy(ring.stages + stage * kStageBytes, t.src[0], t.bytes[0], ring.full + stage);
-    if (t.bytes[1]) bulk_copy(ring.stages + stage * kStageBytes + kStageBytes / 2, t.src[1], t.bytes[1], ring.full + stage);
+    mbar_expect_bytes(ring.full + stage, t.bytes);
+    bulk_copy(ring.stages + stage * kStageBytes, t.src, t.bytes, ring.full + stage);
     ++k;
   };
   for (uint32_t i = begin; i < end && !aborted; ++i) {
@@ -127,7 +126,7 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring) {
     switch (static_cast<schedule::Opcode>(inst.opcode)) {
 #define MK_OP(name, code, payload)                                                   \
   case schedule::Opcode::name:                                                       \
-    gpu_weight_tiles(schedule::payload_as<schedule::payload>(inst), p.ctx, p.tensors, issue); \
+    gpu_weight_tiles(schedule::payload_as<schedule::payload>(inst), p.tensors, issue); \
     break;
 #include "schedules/op_table.def"
 #undef MK_OP

@@ -14,14 +14,13 @@ namespace mk::device {
 inline constexpr uint32_t kStageBytes = 16384;
 inline constexpr uint32_t kMaxStages = 16;
 
-// What the producer copies into one stage: one or two contiguous byte ranges (the second
-// lands at the stage's midpoint), plus what the consuming op needs to know of them.
-// matvec: `first` is the accumulator row, `count` the rows, of `cols` elements from `col0`.
-// attention: `first` is the first cache position, `count` the positions; k, then v.
+// A contiguous piece of one weight: `rows` rows of `cols` elements starting at column `col0`
+// (whole rows, or one piece of a long row), accumulated into acc[acc_row ...].
 struct WeightTile {
-  const void* src[2];
-  uint32_t bytes[2];
-  uint32_t first, count, col0, cols;
+  const uint16_t* src;
+  uint32_t bytes;
+  uint32_t acc_row;
+  uint32_t rows, col0, cols;
 };
 
 struct WeightRing {
@@ -79,8 +78,8 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                : "memory");
 }
 
-// Ops that stream nothing through the ring.
+// Ops that stream no weights through the ring.
 template <class Payload, class F>
-__device__ void gpu_weight_tiles(const Payload&, const schedule::StepContext&, const TensorTable&, F&&) {}
+__device__ void gpu_weight_tiles(const Payload&, const TensorTable&, F&&) {}
 
 }  // namespace mk::device

@@ -25,167 +25,98 @@ __device__ inline void warp_rms_norm(float* v, const uint16_t* w, uint32_t n, fl
   for (uint32_t i = threadIdx.x % 32; i < n; i += 32) v[i] = v[i] * inv * bf16_to_f32(w[i]);
 }
 
-// Online-softmax state of one warp over the positions it attends to. Lanes work in groups of
-// hd/4 (rounded up to a power of two), one position per group, each lane holding 4 elements
-// of v and of the REP accumulators (with 1024 threads a lane has 64 registers).
+// Lanes work in groups of hd/4 (rounded up to a power of two), one position per group, each
+// lane holding 4 elements of k, v and of the REP accumulators (8-byte loads: with 1024 threads
+// a lane has 64 registers, and 8 elements per lane spilled). A warp covers 32/group positions
+// per step and keeps the next step' k and v in flight. Online softmax per q head; the
+// groups of a warp are merged with shuffles, the result goes to part[warp].
 template <uint32_t REP>
-struct SoftmaxState {
+__device__ __noinline__ void attend_positions(const schedule::AttentionPayload& p, const float* q, const uint16_t* k_head,
+                                              const uint16_t* v_head, const uint16_t* kcur16, const uint16_t* vcur16,
+                                              uint32_t begin, uint32_t stop, bool last, float* part) {
+  constexpr uint32_t kDepth = 2;  // steps of k and v in flight
+  const uint32_t hd = p.head_dim, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint32_t group_lanes = hd / 4;
+  uint32_t width = 1;
+  while (width < group_lanes) width *= 2;
+  const uint32_t per_step = 32 / width, group = lane / width, sub = lane % width, e0 = sub * 4;
+  const bool active = sub < group_lanes;
+  const uint32_t current = stop - 1;  // meaningful when last
   float acc[REP][4], m[REP], l[REP];
-  uint32_t width, group, sub, e0;
-  bool active;
-
-  __device__ void init(uint32_t hd) {
-    const uint32_t lane = threadIdx.x % 32, group_lanes = hd / 4;
-    width = 1;
-    while (width < group_lanes) width *= 2;
-    group = lane / width;
-    sub = lane % width;
-    e0 = sub * 4;
-    active = sub < group_lanes;
+#pragma unroll
+  for (uint32_t r = 0; r < REP; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0;
+#pragma unroll
+    for (uint32_t j = 0; j < 4; ++j) acc[r][j] = 0;
+  }
+  auto fetch = [&](uint32_t pos, uint2& kr, uint2& vr) {
+    kr = vr = make_uint2(0, 0);
+    if (!active || pos >= stop) return;
+    if (last && pos == current) {
+      kr = *reinterpret_cast<const uint2*>(kcur16 + e0);
+      vr = *reinterpret_cast<const uint2*>(vcur16 + e0);
+    } else {  // written by earlier launches only: the read-only path is safe
+      kr = __ldg(reinterpret_cast<const uint2*>(k_head + uint64_t{pos} * hd + e0));
+      vr = __ldg(reinterpret_cast<const uint2*>(v_head + uint64_t{pos} * hd + e0));
+    }
+  };
+  const uint32_t stride = kWarps * per_step;
+  const uint32_t first = begin + warp * per_step + group;
+  uint2 kq[kDepth], vq[kDepth];
+#pragma unroll
+  for (uint32_t d = 0; d < kDepth; ++d) fetch(first + d * stride, kq[d], vq[d]);
+  uint32_t pos = first;
+  for (uint32_t base = begin + warp * per_step; base < stop; base += stride, pos += stride) {
+    const uint2 kr = kq[0], vr = vq[0];
+#pragma unroll
+    for (uint32_t d = 0; d + 1 < kDepth; ++d) kq[d] = kq[d + 1], vq[d] = vq[d + 1];
+    fetch(pos + kDepth * stride, kq[kDepth - 1], vq[kDepth - 1]);
+    const bool valid = active && pos < stop;
+    const float v[4] = {bf16_lo(vr.x), bf16_hi(vr.x), bf16_lo(vr.y), bf16_hi(vr.y)};
 #pragma unroll
     for (uint32_t r = 0; r < REP; ++r) {
-      m[r] = -INFINITY;
-      l[r] = 0;
+      const float4 qv = *reinterpret_cast<const float4*>(q + r * hd + e0);
+      float dot = active ? bf16_lo(kr.x) * qv.x + bf16_hi(kr.x) * qv.y + bf16_lo(kr.y) * qv.z + bf16_hi(kr.y) * qv.w : 0.0f;
+      for (uint32_t o = width / 2; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      if (valid) {
+        const float score = dot * p.scale;
+        const float m_new = fmaxf(m[r], score);
+        const float correction = expf(m[r] - m_new), w = expf(score - m_new);
 #pragma unroll
-      for (uint32_t j = 0; j < 4; ++j) acc[r][j] = 0;
-    }
-  }
-
-  // Positions [0, count) of a k block and a v block ([count][hd] bf16 each, in shared memory).
-  // Each group takes kBatch positions at a time: their kBatch * REP dot products reduce in
-  // independent shuffle chains, and one max and one correction cover the batch (a warp walking
-  // one position at a time was bound by the latency of that chain).
-  __device__ void attend(const uint16_t* k, const uint16_t* v, uint32_t count, const float* q, uint32_t hd, float scale) {
-    constexpr uint32_t kBatch = REP <= 2 ? 4 : REP == 4 ? 2 : 1;  // as many as 64 registers allow
-    const uint32_t groups = 32 / width;
-    for (uint32_t base = 0; base < count; base += groups * kBatch) {
-      float s[kBatch][REP];
-      bool ok[kBatch];
-#pragma unroll
-      for (uint32_t t = 0; t < kBatch; ++t) {
-        const uint32_t j = base + t * groups + group;
-        ok[t] = active && j < count;
-        const uint2 kr = ok[t] ? *reinterpret_cast<const uint2*>(k + j * hd + e0) : make_uint2(0, 0);
-#pragma unroll
-        for (uint32_t r = 0; r < REP; ++r) {
-          const float4 qv = *reinterpret_cast<const float4*>(q + r * hd + e0);
-          s[t][r] = bf16_lo(kr.x) * qv.x + bf16_hi(kr.x) * qv.y + bf16_lo(kr.y) * qv.z + bf16_hi(kr.y) * qv.w;
-        }
-      }
-      for (uint32_t o = width / 2; o > 0; o /= 2)
-#pragma unroll
-        for (uint32_t t = 0; t < kBatch; ++t)
-#pragma unroll
-          for (uint32_t r = 0; r < REP; ++r) s[t][r] += __shfl_xor_sync(0xffffffffu, s[t][r], o);
-      if (!ok[0]) continue;  // positions are taken in order: no later one is valid either
-      uint2 vr[kBatch];
-#pragma unroll
-      for (uint32_t t = 0; t < kBatch; ++t)
-        vr[t] = ok[t] ? *reinterpret_cast<const uint2*>(v + (base + t * groups + group) * hd + e0) : make_uint2(0, 0);
-#pragma unroll
-      for (uint32_t r = 0; r < REP; ++r) {
-        float m_new = m[r];
-#pragma unroll
-        for (uint32_t t = 0; t < kBatch; ++t)
-          if (ok[t]) m_new = fmaxf(m_new, s[t][r] * scale);
-        const float correction = expf(m[r] - m_new);
-        l[r] *= correction;
-#pragma unroll
-        for (uint32_t e = 0; e < 4; ++e) acc[r][e] *= correction;
-#pragma unroll
-        for (uint32_t t = 0; t < kBatch; ++t) {
-          if (!ok[t]) continue;
-          const float w = expf(s[t][r] * scale - m_new);
-          l[r] += w;
-          acc[r][0] += w * bf16_lo(vr[t].x);
-          acc[r][1] += w * bf16_hi(vr[t].x);
-          acc[r][2] += w * bf16_lo(vr[t].y);
-          acc[r][3] += w * bf16_hi(vr[t].y);
-        }
+        for (uint32_t j = 0; j < 4; ++j) acc[r][j] = acc[r][j] * correction + w * v[j];
+        l[r] = l[r] * correction + w;
         m[r] = m_new;
       }
     }
   }
-
-  // Merges the warp's groups (lanes with the same sub hold the same elements) into part[warp].
-  __device__ void write(float* part, uint32_t hd) {
-    const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // Merge the groups of this warp (lanes with the same sub hold the same elements).
 #pragma unroll
-    for (uint32_t r = 0; r < REP; ++r) {
-      float M = m[r];
-      for (uint32_t o = width; o < 32; o *= 2) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-      const float f = m[r] == -INFINITY ? 0.0f : expf(m[r] - M);
-      float lsum = l[r] * f;
-      for (uint32_t o = width; o < 32; o *= 2) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
-      float* mine = part + (warp * REP + r) * (hd + 2);
+  for (uint32_t r = 0; r < REP; ++r) {
+    float M = m[r];
+    for (uint32_t o = width; o < 32; o *= 2) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    const float f = m[r] == -INFINITY ? 0.0f : expf(m[r] - M);
+    float lsum = l[r] * f;
+    for (uint32_t o = width; o < 32; o *= 2) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
 #pragma unroll
-      for (uint32_t e = 0; e < 4; ++e) {
-        float a = acc[r][e] * f;
-        for (uint32_t o = width; o < 32; o *= 2) a += __shfl_xor_sync(0xffffffffu, a, o);
-        if (group == 0 && active) mine[e0 + e] = a;
-      }
-      if (lane == 0) mine[hd] = M, mine[hd + 1] = lsum;
+    for (uint32_t j = 0; j < 4; ++j) {
+      float a = acc[r][j] * f;
+      for (uint32_t o = width; o < 32; o *= 2) a += __shfl_xor_sync(0xffffffffu, a, o);
+      acc[r][j] = a;
     }
+    float* mine = part + (warp * REP + r) * (hd + 2);
+    if (group == 0 && active)
+#pragma unroll
+      for (uint32_t j = 0; j < 4; ++j) mine[e0 + j] = acc[r][j];
+    if (lane == 0) mine[hd] = M, mine[hd + 1] = lsum;
   }
-};
-
-// The cached positions [begin, end) of one unit as ring tiles: each tile half k, half v.
-template <class F>
-__device__ void unit_tiles(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
-                           uint32_t unit, F&& f) {
-  const uint32_t S = p.kv_splits, g = unit / S, s = unit % S, hd = p.head_dim;
-  const uint32_t chunk = (ctx.pos + S - 1) / S;
-  const uint32_t begin = min(ctx.pos, s * chunk), end = min(ctx.pos, (s + 1) * chunk);
-  const uint32_t per_tile = (kStageBytes / 2) / (hd * 2);
-  const uint64_t head_base = uint64_t{g} * ctx.max_context * hd;
-  const uint16_t* k = mem.at<const uint16_t>(p.k_cache) + head_base;
-  const uint16_t* v = mem.at<const uint16_t>(p.v_cache) + head_base;
-  for (uint32_t b = begin; b < end; b += per_tile) {
-    const uint32_t n = min(per_tile, end - b);
-    f(WeightTile{{k + uint64_t{b} * hd, v + uint64_t{b} * hd}, {n * hd * 2, n * hd * 2}, b, n, 0, hd});
-  }
-}
-
-// One unit's attention on the compute warps: warp s consumes ring stage s's tiles into its
-// softmax state; warp 0 also takes the current position (its k and v are not in the cache
-// until this launch); each warp then writes its partial.
-template <uint32_t REP>
-__device__ __noinline__ void attend_unit(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
-                            uint32_t unit, bool last, const float* q, const uint16_t* kcur16, const uint16_t* vcur16,
-                            float* part, WeightRing& ring) {
-  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  SoftmaxState<REP> st;
-  st.init(p.head_dim);
-  uint32_t k = ring.next_tile;
-  unit_tiles(p, ctx, mem, unit, [&](const WeightTile& t) {
-    const uint32_t stage = k % ring.count;
-    if (warp == stage) {
-      mbar_wait(ring.full + stage, (k / ring.count) & 1);
-      const uint16_t* tile = reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes);
-      st.attend(tile, tile + kStageBytes / 4, t.count, q, p.head_dim, p.scale);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(ring.empty + stage);
-    }
-    ++k;
-  });
-  ring.next_tile = k;
-  if (last && warp == 0) st.attend(kcur16, vcur16, 1, q, p.head_dim, p.scale);
-  st.write(part, p.head_dim);
 }
 
 }  // namespace detail
 
-// The ring tiles of every unit of the task, in unit order (what the producer warp streams).
-template <class F>
-__device__ void gpu_weight_tiles(const schedule::AttentionPayload& p, const schedule::StepContext& ctx,
-                                 const TensorTable& mem, F&& f) {
-  for (uint32_t unit = p.unit_begin; unit < p.unit_end; ++unit) detail::unit_tiles(p, ctx, mem, unit, f);
-}
-
 // One unit (kv head g, split s) at a time: q heads normed and roped into shared memory, the
 // current k and v rounded to bf16 (and appended to the cache by the last split), then
-// attend_unit over the split's cached positions (streamed through the ring) and the current
-// one, then the warps' partials merged.
+// attend_positions over the split's positions, then the warps' partials merged.
 __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                BlockContext& bc) {
   const uint32_t hd = p.head_dim, half = hd / 2, rep = p.heads / p.kv_heads, S = p.kv_splits;
@@ -204,6 +135,7 @@ __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedu
   uint16_t* kc = mem.at<uint16_t>(p.k_cache);
   uint16_t* vc = mem.at<uint16_t>(p.v_cache);
   float* out = mem.at<float>(p.out);
+  const uint32_t chunk = (ctx.pos + S - 1) / S;
 
   for (uint32_t unit = p.unit_begin; unit < p.unit_end; ++unit) {
     const uint32_t g = unit / S, s = unit % S;
@@ -242,11 +174,15 @@ __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedu
     }
     block_sync();
 
+    const uint32_t begin = min(ctx.pos, s * chunk), end = min(ctx.pos, (s + 1) * chunk);
+    const uint32_t stop = last ? end + 1 : end;  // the last split also takes the current position
+    const uint16_t* k_head = kc + head_base;
+    const uint16_t* v_head = vc + head_base;
     switch (rep) {
-      case 1: detail::attend_unit<1>(p, ctx, mem, unit, last, q, kcur16, vcur16, part, bc.ring); break;
-      case 2: detail::attend_unit<2>(p, ctx, mem, unit, last, q, kcur16, vcur16, part, bc.ring); break;
-      case 4: detail::attend_unit<4>(p, ctx, mem, unit, last, q, kcur16, vcur16, part, bc.ring); break;
-      default: detail::attend_unit<8>(p, ctx, mem, unit, last, q, kcur16, vcur16, part, bc.ring); break;
+      case 1: detail::attend_positions<1>(p, q, k_head, v_head, kcur16, vcur16, begin, stop, last, part); break;
+      case 2: detail::attend_positions<2>(p, q, k_head, v_head, kcur16, vcur16, begin, stop, last, part); break;
+      case 4: detail::attend_positions<4>(p, q, k_head, v_head, kcur16, vcur16, begin, stop, last, part); break;
+      default: detail::attend_positions<8>(p, q, k_head, v_head, kcur16, vcur16, begin, stop, last, part); break;
     }
     block_sync();
     // Merge the warps: out = (sum_w e^(m_w - M) acc_w, M, sum_w e^(m_w - M) l_w).

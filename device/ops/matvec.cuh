@@ -18,7 +18,7 @@ inline uint32_t matvec_shared_bytes(const schedule::MatvecPayload& p) {
 // while a row fits a stage, else each row in stage-sized pieces. Accumulator rows: output row
 // - row_begin, plus `rows` for silu_mul's up projection.
 template <class F>
-__device__ void gpu_weight_tiles(const schedule::MatvecPayload& p, const schedule::StepContext&, const TensorTable& mem, F&& f) {
+__device__ void gpu_weight_tiles(const schedule::MatvecPayload& p, const TensorTable& mem, F&& f) {
   const uint32_t cols = p.cols, rows = p.row_end - p.row_begin, row_bytes = cols * 2;
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
   auto segment = [&](const uint16_t* weight, uint32_t first_row, uint32_t count, uint32_t acc_row) {
@@ -26,14 +26,14 @@ __device__ void gpu_weight_tiles(const schedule::MatvecPayload& p, const schedul
       const uint32_t per_tile = kStageBytes / row_bytes;
       for (uint32_t r = 0; r < count; r += per_tile) {
         const uint32_t n = min(per_tile, count - r);
-        f(WeightTile{{weight + uint64_t{first_row + r} * cols, nullptr}, {n * row_bytes, 0}, acc_row + r, n, 0, cols});
+        f(WeightTile{weight + uint64_t{first_row + r} * cols, n * row_bytes, acc_row + r, n, 0, cols});
       }
     } else {
       const uint32_t piece = kStageBytes / 2;
       for (uint32_t r = 0; r < count; ++r)
         for (uint32_t c = 0; c < cols; c += piece) {
           const uint32_t n = min(piece, cols - c);
-          f(WeightTile{{weight + uint64_t{first_row + r} * cols + c, nullptr}, {n * 2, 0}, acc_row + r, 1, c, n});
+          f(WeightTile{weight + uint64_t{first_row + r} * cols + c, n * 2, acc_row + r, 1, c, n});
         }
     }
   };
@@ -54,7 +54,7 @@ __device__ void gpu_weight_tiles(const schedule::MatvecPayload& p, const schedul
 // The producer warp streams the weight tiles into the ring; compute warp s consumes the tiles
 // of stage s (a warp-wide dot product per tile row, added into a shared accumulator), then
 // the epilogue applies silu_mul and the residual.
-__device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
+__device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule::StepContext&, const TensorTable& mem,
                                BlockContext& bc) {
   const uint32_t cols = p.cols, rows = p.row_end - p.row_begin, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
@@ -88,20 +88,20 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
 
   WeightRing& ring = bc.ring;
   uint32_t k = ring.next_tile;
-  gpu_weight_tiles(p, ctx, mem, [&](const WeightTile& t) {
+  gpu_weight_tiles(p, mem, [&](const WeightTile& t) {
     const uint32_t stage = k % ring.count;
     if (warp == stage) {
       mbar_wait(ring.full + stage, (k / ring.count) & 1);
       const uint16_t* w = reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes);
       const float4* x4 = reinterpret_cast<const float4*>(x + t.col0);
       const uint32_t chunks = t.cols / 8;
-      for (uint32_t r = 0; r < t.count; ++r) {
+      for (uint32_t r = 0; r < t.rows; ++r) {
         const uint4* row = reinterpret_cast<const uint4*>(w + r * t.cols);
         float s = 0;
 #pragma unroll 4
         for (uint32_t c = lane; c < chunks; c += 32) s += dot8(row[c], x4[2 * c], x4[2 * c + 1]);
         s = warp_sum(s);
-        if (lane == 0) atomicAdd(acc + t.first + r, s);
+        if (lane == 0) atomicAdd(acc + t.acc_row + r, s);
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(ring.empty + stage);
