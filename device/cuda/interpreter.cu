@@ -65,7 +65,13 @@ __device__ bool counter_wait(const KernelParams& p, const schedule::Instruction&
     if (load_acquire(p.counters + w.counter) >= target) continue;
     const uint64_t start = global_timer();
     uint32_t value;
-    while ((value = load_acquire(p.counters + w.counter)) < target) {
+    for (uint32_t spin = 1; (value = load_acquire(p.counters + w.counter)) < target; ++spin) {
+      // The abort flag and the clock are checked every 64th poll only: each check is another
+      // round trip between seeing the counter move and starting the work.
+      if (spin % 64) {
+        __nanosleep(32);
+        continue;
+      }
       if (*static_cast<volatile uint32_t*>(&p.error->code) != 0) return false;
       if (global_timer() - start > p.timeout_ns) {
         if (atomicCAS(&p.error->code, 0u, 1u) == 0) {
@@ -74,7 +80,6 @@ __device__ bool counter_wait(const KernelParams& p, const schedule::Instruction&
         }
         return false;
       }
-      __nanosleep(100);
     }
   }
   return true;
@@ -152,8 +157,9 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
   }
   BlockContext bc{smem + p.ring_stages * kStageBytes, ring};
   const uint32_t begin = p.sm_offsets[blockIdx.x], end = p.sm_offsets[blockIdx.x + 1];
+  // Thread 0 waits for instruction i while thread 32 still signals instruction i - 1: the
+  // release of one and the acquire of the next overlap instead of queueing on one thread.
   for (uint32_t i = begin; i < end; ++i) {
-    block_sync();  // everyone is done with the previous instruction
     if (threadIdx.x < sizeof(schedule::Instruction) / 4)
       reinterpret_cast<uint32_t*>(&inst)[threadIdx.x] = reinterpret_cast<const uint32_t*>(p.instructions + i)[threadIdx.x];
     if (threadIdx.x == 0) {
@@ -165,7 +171,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
     if (!go) return;
     execute(inst, p.ctx, p.tensors, bc);
     block_sync();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 32) {
       counter_signal(p, p.instructions[i]);
       if (p.trace) p.trace[3 * i + 2] = global_timer();
     }
