@@ -88,8 +88,8 @@ void write_trace_svg(const schedule::Schedule& s, const std::vector<TraceEvent>&
 
 std::string trace_summary(const schedule::Schedule& s, const std::vector<TraceEvent>& ev) {
   struct Sum {
-    uint32_t n = 0;
-    double wait = 0, run = 0;
+    uint32_t n = 0, marked = 0;
+    double wait = 0, run = 0, phase[3] = {0, 0, 0};  // with marks: ready..mark0, mark0..mark1, mark1..end
   };
   std::map<uint16_t, Sum> by_op;
   uint64_t t0 = first_start(ev), t1 = t0;
@@ -99,14 +99,24 @@ std::string trace_summary(const schedule::Schedule& s, const std::vector<TraceEv
     sum.wait += (ev[i].ready - ev[i].start) / 1e3;
     sum.run += (ev[i].end - ev[i].ready) / 1e3;
     t1 = std::max(t1, ev[i].end);
+    if (ev[i].mark[0] && ev[i].mark[1]) {
+      ++sum.marked;
+      sum.phase[0] += (ev[i].mark[0] - ev[i].ready) / 1e3;
+      sum.phase[1] += (ev[i].mark[1] - ev[i].mark[0]) / 1e3;
+      sum.phase[2] += (ev[i].end - ev[i].mark[1]) / 1e3;
+    }
   }
   std::ostringstream o;
   o.precision(3);
   o << "step span " << (t1 - t0) / 1e3 << " us; per op (summed over all SMs, then per instruction):\n";
-  for (const auto& [op, sum] : by_op)
+  for (const auto& [op, sum] : by_op) {
     o << "  " << schedule::opcode_name(static_cast<schedule::Opcode>(op)) << ": " << sum.n << " instructions, wait "
       << sum.wait / sum.n << " us, run " << sum.run / sum.n << " us (SM-time " << sum.run / s.sm_count << " us run, "
       << sum.wait / s.sm_count << " us wait per SM)\n";
+    if (sum.marked)
+      o << "    phases per instruction: " << sum.phase[0] / sum.marked << " us to phase 1, " << sum.phase[1] / sum.marked
+        << " us to phase 2, " << sum.phase[2] / sum.marked << " us to the signal\n";
+  }
   return o.str();
 }
 

@@ -10,8 +10,11 @@
 
 namespace mk::device {
 
+inline constexpr uint32_t kTraceSlots = 5;  // globaltimer values recorded per instruction
+
 struct TraceEvent {
   uint64_t start, ready, end;  // globaltimer ns: reached the head of its queue, waits met, signalled
+  uint64_t mark[2];            // phases inside the op body (0: not recorded); matvec: input ready, weights done
 };
 
 // `events` is indexed like schedule.instructions.

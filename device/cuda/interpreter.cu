@@ -40,7 +40,7 @@ struct KernelParams {
   ErrorRecord* error;
   uint64_t timeout_ns;
   uint32_t ring_stages;
-  uint64_t* trace;  // optional: per instruction, globaltimer at start, after its waits, at the end
+  uint64_t* trace;  // optional: per instruction kTraceSlots globaltimer values (device/trace.hpp)
 };
 
 __device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
     if (threadIdx.x % 32 == 0) produce_weights(p, ring);
     return;
   }
-  BlockContext bc{smem + p.ring_stages * kStageBytes, ring};
+  BlockContext bc{smem + p.ring_stages * kStageBytes, ring, nullptr};
   const uint32_t begin = p.sm_offsets[blockIdx.x], end = p.sm_offsets[blockIdx.x + 1];
   // Thread 0 waits for instruction i while thread 32 still signals instruction i - 1: the
   // release of one and the acquire of the next overlap instead of queueing on one thread.
@@ -163,17 +163,18 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
     if (threadIdx.x < sizeof(schedule::Instruction) / 4)
       reinterpret_cast<uint32_t*>(&inst)[threadIdx.x] = reinterpret_cast<const uint32_t*>(p.instructions + i)[threadIdx.x];
     if (threadIdx.x == 0) {
-      if (p.trace) p.trace[3 * i] = global_timer();
+      if (p.trace) p.trace[kTraceSlots * i] = global_timer();
       go = counter_wait(p, p.instructions[i], i - begin);
-      if (p.trace) p.trace[3 * i + 1] = global_timer();
+      if (p.trace) p.trace[kTraceSlots * i + 1] = global_timer();
     }
     block_sync();
     if (!go) return;
+    bc.trace = p.trace ? p.trace + kTraceSlots * i : nullptr;
     execute(inst, p.ctx, p.tensors, bc);
     block_sync();
     if (threadIdx.x == 32) {
       counter_signal(p, p.instructions[i]);
-      if (p.trace) p.trace[3 * i + 2] = global_timer();
+      if (p.trace) p.trace[kTraceSlots * i + 2] = global_timer();
     }
   }
 }
@@ -372,7 +373,8 @@ float CudaExecutor::timed_step(uint32_t token, uint32_t pos) {
 
 void CudaExecutor::enable_trace(bool on) {
   if (on && !st_->params.trace) {
-    check(cudaMalloc(&st_->params.trace, std::max<size_t>(1, st_->s->instructions.size()) * 3 * sizeof(uint64_t)), "trace");
+    check(cudaMalloc(&st_->params.trace, std::max<size_t>(1, st_->s->instructions.size()) * kTraceSlots * sizeof(uint64_t)), "trace");
+    check(cudaMemset(st_->params.trace, 0, std::max<size_t>(1, st_->s->instructions.size()) * kTraceSlots * sizeof(uint64_t)), "trace");
   } else if (!on && st_->params.trace) {
     cudaFree(st_->params.trace);
     st_->params.trace = nullptr;
@@ -381,11 +383,14 @@ void CudaExecutor::enable_trace(bool on) {
 
 std::vector<TraceEvent> CudaExecutor::read_trace() const {
   if (!st_->params.trace) throw CudaError("read_trace: tracing is off");
-  std::vector<uint64_t> raw(st_->s->instructions.size() * 3);
+  std::vector<uint64_t> raw(st_->s->instructions.size() * kTraceSlots);
   check(cudaStreamSynchronize(st_->stream), "trace");
   check(cudaMemcpy(raw.data(), st_->params.trace, raw.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost), "trace");
   std::vector<TraceEvent> events(st_->s->instructions.size());
-  for (size_t i = 0; i < events.size(); ++i) events[i] = TraceEvent{raw[3 * i], raw[3 * i + 1], raw[3 * i + 2]};
+  for (size_t i = 0; i < events.size(); ++i) {
+    const uint64_t* r = raw.data() + kTraceSlots * i;
+    events[i] = TraceEvent{r[0], r[1], r[2], {r[3], r[4]}};
+  }
   return events;
 }
 

@@ -68,6 +68,16 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 struct BlockContext {
   unsigned char* scratch;
   WeightRing& ring;
+  uint64_t* trace;  // this instruction's trace record, or nullptr
+
+  // Records the time an op body reaches phase k (0 or 1) of its own, when tracing.
+  __device__ void mark(uint32_t k) const {
+    if (trace && threadIdx.x == 0) {
+      uint64_t t;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      trace[3 + k] = t;
+    }
+  }
 };
 
 // Global -> shared through the bulk-copy engine, completing on `bar`.

@@ -85,6 +85,7 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
     for (uint32_t i = tid; i < cols; i += kThreads) x[i] = x[i] * inv * bf16_to_f32(w[i]);
   }
   block_sync();
+  bc.mark(0);
 
   WeightRing& ring = bc.ring;
   uint32_t k = ring.next_tile;
@@ -110,6 +111,7 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
   });
   ring.next_tile = k;
   block_sync();
+  bc.mark(1);
 
   float* out = mem.at<float>(p.out);
   for (uint32_t i = tid, k = 0; i < rows; i += kThreads, ++k) {
