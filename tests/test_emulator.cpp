@@ -2,6 +2,8 @@
 // reference forward pass (teacher forcing), shuffled orders, deadlock reports, counter
 // generations across steps, checkpoint mismatches, generate() and write_npy().
 #include <doctest/doctest.h>
+
+#include "tests/temp_dir.hpp"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,21 +40,8 @@ using mk::device::RuntimeOptions;
 using mk::planner::Policy;
 using mk::schedule::Schedule;
 
-// A fresh folder under the system temp folder, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<unsigned> counter{0};
-    path = fs::temp_directory_path() / ("mk_test_emulator_" + std::to_string(getpid()) + "_" +
-                                        std::to_string(counter++) + "_" + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
+struct TempDir : mk::test::TempDir {
+  TempDir() : mk::test::TempDir("mk_test_emulator") {}
 };
 
 mk::dsl::ModelGraph load_model(const std::string& name) {

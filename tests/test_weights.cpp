@@ -1,6 +1,8 @@
 // safetensors checkpoints: reading (single file, folder, shards), validation errors,
 // check_weights against a schedule, writing and random checkpoints.
 #include <doctest/doctest.h>
+
+#include "tests/temp_dir.hpp"
 #include <unistd.h>
 
 #include <atomic>
@@ -25,21 +27,8 @@ using mk::device::Checkpoint;
 using mk::device::NewTensor;
 using mk::device::WeightError;
 
-// A fresh folder under the system temp folder, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<unsigned> counter{0};
-    path = fs::temp_directory_path() / ("mk_test_weights_" + std::to_string(getpid()) + "_" +
-                                        std::to_string(counter++) + "_" + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
+struct TempDir : mk::test::TempDir {
+  TempDir() : mk::test::TempDir("mk_test_weights") {}
 };
 
 void write_bytes(const fs::path& file, const std::vector<uint8_t>& bytes) {

@@ -17,6 +17,7 @@
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
 #include "tests/reference.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace {
 
@@ -141,13 +142,8 @@ void compare_ops(const char* example) {
   }
 }
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name) : path(fs::temp_directory_path() / ("mk_gpu_" + name)) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : test::TempDir {
+  explicit TempDir(const std::string& name) : test::TempDir("mk_gpu_" + name) {}
 };
 
 }  // namespace
