@@ -20,12 +20,9 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-bool hold_prefetch = false;
-
 std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t reps, const std::string& trace = "") {
   device::ExecutorOptions eo;
   eo.max_context = context;
-  eo.hold_prefetch = hold_prefetch;
   device::CudaExecutor exec(s, eo);
   for (uint32_t t = 0; t < s.tensors.size(); ++t) {
     const schedule::Tensor& tensor = s.tensors[t];
@@ -64,7 +61,6 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--reps", reps, "timed steps")->capture_default_str();
   app.add_option("--trace", trace, "also trace one step: writes PREFIX.json (Chrome/Perfetto) and PREFIX.svg, prints a per-op summary");
-  app.add_flag("--hold-prefetch", hold_prefetch, "experiment: stream an instruction's weights only after the previous one signalled");
   CLI11_PARSE(app, argc, argv);
   try {
     const schedule::Schedule s = schedule::read_file(path);

@@ -40,7 +40,6 @@ struct KernelParams {
   ErrorRecord* error;
   uint64_t timeout_ns;
   uint32_t ring_stages;
-  uint32_t hold_prefetch;  // experiment: the producer streams instruction j only once j - 1 has signalled
   uint64_t* trace;  // optional: per instruction kTraceSlots globaltimer values (device/trace.hpp)
 };
 
@@ -111,12 +110,13 @@ __device__ void execute(const schedule::Instruction& inst, const schedule::StepC
 // The producer warp's loop: the weight tiles of every instruction of this SM, in queue order,
 // each into the next ring stage once that stage's previous tile has been consumed. It never
 // waits on a counter; it stops early only if the launch is aborted.
-__device__ void produce_weights(const KernelParams& p, WeightRing ring, volatile uint32_t* signalled) {
+__device__ void produce_weights(const KernelParams& p, WeightRing ring) {
   const uint32_t begin = p.sm_offsets[blockIdx.x], end = p.sm_offsets[blockIdx.x + 1];
   uint32_t k = 0;
   bool aborted = false;
   auto issue = [&](const WeightTile& t) {
     const uint32_t stage = k % ring.count;
+    while (*ring.quiet && !aborted) aborted = *static_cast<volatile uint32_t*>(&p.error->code) != 0;
     if (k >= ring.count) {
       const uint32_t parity = ((k / ring.count) - 1) & 1;
       while (!aborted && !mbar_try_wait(ring.empty + stage, parity))
@@ -129,8 +129,6 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring, volatile
   };
   for (uint32_t i = begin; i < end && !aborted; ++i) {
     const schedule::Instruction& inst = p.instructions[i];
-    while (p.hold_prefetch && *signalled < i - begin && !aborted)
-      aborted = *static_cast<volatile uint32_t*>(&p.error->code) != 0;
     switch (static_cast<schedule::Opcode>(inst.opcode)) {
 #define MK_OP(name, code, payload)                                                   \
   case schedule::Opcode::name:                                                       \
@@ -148,16 +146,16 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
   __shared__ schedule::Instruction inst;
   __shared__ bool go;
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
-  __shared__ uint32_t signalled;  // instructions of this SM signalled so far
+  __shared__ uint32_t quiet;  // WeightRing::quiet
   if (threadIdx.x == 0) {
     for (uint32_t s = 0; s < p.ring_stages; ++s) mbar_init(full + s, 1), mbar_init(empty + s, 1);
     mbar_fence_init();
-    signalled = 0;
+    quiet = 0;
   }
   __syncthreads();
-  WeightRing ring{smem, p.ring_stages, full, empty, 0};
+  WeightRing ring{smem, p.ring_stages, full, empty, 0, &quiet};
   if (threadIdx.x / 32 == kWarps) {  // the producer warp
-    if (threadIdx.x % 32 == 0) produce_weights(p, ring, &signalled);
+    if (threadIdx.x % 32 == 0) produce_weights(p, ring);
     return;
   }
   BlockContext bc{smem + p.ring_stages * kStageBytes, ring, nullptr};
@@ -180,7 +178,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
     if (threadIdx.x == 32) {
       counter_signal(p, p.instructions[i]);
       if (p.trace) p.trace[kTraceSlots * i + 2] = global_timer();
-      *static_cast<volatile uint32_t*>(&signalled) = i - begin + 1;
+      *static_cast<volatile uint32_t*>(&quiet) = 0;
     }
   }
 }
@@ -304,7 +302,6 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   p.error = st_->error;
   p.timeout_ns = static_cast<uint64_t>(opt.watchdog_seconds * 1e9);
   p.ring_stages = st_->stages;
-  p.hold_prefetch = opt.hold_prefetch;
   st_->reset_counters();
 }
 

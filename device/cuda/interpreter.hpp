@@ -30,7 +30,6 @@ struct ExecutorOptions {
   uint32_t max_context = 2048;
   double watchdog_seconds = 1.0;  // a wait longer than this aborts the launch with a report
   bool exact_sm_count = true;     // refuse a schedule planned for another SM count
-  bool hold_prefetch = false;     // experiment (mkbench --hold-prefetch): no weight prefetch past a signal
 };
 
 // Device memory for one schedule: instruction arrays, counters, and a buffer per tensor

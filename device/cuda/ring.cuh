@@ -29,6 +29,13 @@ struct WeightRing {
   uint64_t* full;
   uint64_t* empty;
   uint32_t next_tile;  // the launch's tile counter, advanced alike by every compute thread
+  // Set by an op once it has consumed its tiles, cleared after its signal: the producer issues
+  // nothing in between, because the signal's release waits for this SM's loads in flight.
+  volatile uint32_t* quiet;
+
+  __device__ void hush() const {
+    if (threadIdx.x == 0) *quiet = 1;
+  }
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {

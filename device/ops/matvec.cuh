@@ -111,6 +111,7 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
   });
   ring.next_tile = k;
   block_sync();
+  ring.hush();
   bc.mark(1);
 
   float* out = mem.at<float>(p.out);
