@@ -31,9 +31,17 @@ const char* op_colour(schedule::Opcode op) {
   }
 }
 
-std::string quoted(const std::string& s) {
+// A DOT string literal of `lines` joined by line breaks (newlines inside a line break it too);
+// names come from the model, so quotes and backslashes in them are escaped.
+std::string dot_label(std::initializer_list<std::string> lines) {
   std::string out = "\"";
-  for (char c : s) out += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+  bool first = true;
+  for (const std::string& line : lines) {
+    if (!first) out += "\\n";
+    first = false;
+    for (char c : line)
+      out += c == '\n' ? std::string("\\n") : (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+  }
   return out + "\"";
 }
 
@@ -45,7 +53,7 @@ std::string counter_label(const std::map<uint32_t, uint32_t>& waits) {
     auto run = it;
     auto next = std::next(it);
     while (next != waits.end() && next->first == run->first + 1 && next->second == it->second) run = next++;
-    if (o.tellp() > 0) o << "\\n";
+    if (o.tellp() > 0) o << '\n';
     o << "c" << it->first;
     if (run != it) o << "-c" << run->first;
     o << " = " << it->second;
@@ -85,7 +93,7 @@ std::string summary(const Plan& p) {
 void write_dot(const Plan& p, std::ostream& out, DotLevel level) {
   const Program& prog = p.program;
   out << "digraph schedule {\n  rankdir=TB;\n  node [shape=box, style=\"rounded,filled\", fontname=Helvetica];\n"
-      << "  edge [fontname=Helvetica, fontsize=9];\n  label=" << quoted(prog.model->name + " (" + policy_name(p.policy) + ")") << ";\n";
+      << "  edge [fontname=Helvetica, fontsize=9];\n  label=" << dot_label({prog.model->name + " (" + policy_name(p.policy) + ")"}) << ";\n";
   // Nodes, clustered by layer.
   std::map<int, std::vector<uint32_t>> by_layer;
   for (uint32_t o = 0; o < prog.ops.size(); ++o) by_layer[prog.ops[o].layer].push_back(o);
@@ -97,11 +105,11 @@ void write_dot(const Plan& p, std::ostream& out, DotLevel level) {
       const OpInfo& op = prog.ops[o];
       const char* colour = op_colour(op.opcode);
       if (level == DotLevel::op) {
-        out << "    op" << o << " [label=" << quoted(op.name + "\\n" + schedule::opcode_name(op.opcode) + " x" + std::to_string(op.split))
+        out << "    op" << o << " [label=" << dot_label({op.name, schedule::opcode_name(op.opcode) + std::string(" x") + std::to_string(op.split)})
             << ", fillcolor=\"" << colour << "\"];\n";
       } else {
         for (uint32_t t = first_task[o]; t < first_task[o + 1]; ++t)
-          out << "    t" << t << " [label=" << quoted(op.name + "[" + std::to_string(p.tasks[t].index) + "]\\nSM " + std::to_string(p.tasks[t].sm))
+          out << "    t" << t << " [label=" << dot_label({op.name + "[" + std::to_string(p.tasks[t].index) + "]", "SM " + std::to_string(p.tasks[t].sm)})
               << ", fillcolor=\"" << colour << "\"];\n";
       }
     }
@@ -116,7 +124,7 @@ void write_dot(const Plan& p, std::ostream& out, DotLevel level) {
     for (const Task& t : p.tasks)
       for (const schedule::Wait& w : t.waits) edges[{p.counters[w.counter].op, t.op}][w.counter] = w.target;
     for (const auto& [e, waits] : edges)
-      out << "  op" << e.first << " -> op" << e.second << " [label=" << quoted(counter_label(waits)) << "];\n";
+      out << "  op" << e.first << " -> op" << e.second << " [label=" << dot_label({counter_label(waits)}) << "];\n";
   } else {
     for (uint32_t t = 0; t < p.tasks.size(); ++t)
       for (const schedule::Wait& w : p.tasks[t].waits)

@@ -531,6 +531,9 @@ TEST_CASE("planner: DOT at op and task level") {
   // Op level: one node per op; task level: one node per task.
   CHECK(contains(texts[0], "op20 ["));
   CHECK_FALSE(contains(texts[0], "t0 ["));
+  // Labels break lines with DOT's \n escape, not a literal backslash.
+  CHECK(contains(texts[0], "[label=\"x0\\nembed x4\""));
+  CHECK_FALSE(contains(texts[0], "\\\\n"));
   CHECK(contains(texts[1], "t" + std::to_string(p.tasks.size() - 1) + " ["));
   // The argmax waits for the LM head's one counter of target 8.
   const uint32_t lm_counter = p.tasks.back().waits.at(0).counter;
