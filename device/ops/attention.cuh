@@ -28,7 +28,7 @@ __device__ inline void warp_rms_norm(float* v, const uint16_t* w, uint32_t n, fl
 // Lanes work in groups of hd/4 (rounded up to a power of two), one position per group, each
 // lane holding 4 elements of k, v and of the REP accumulators (8-byte loads: with 1024 threads
 // a lane has 64 registers, and 8 elements per lane spilled). A warp covers 32/group positions
-// per step and keeps the next step' k and v in flight. Online softmax per q head; the
+// per step and keeps the next step's k and v in flight. Online softmax per q head; the
 // groups of a warp are merged with shuffles, the result goes to part[warp].
 template <uint32_t REP>
 __device__ __noinline__ void attend_positions(const schedule::AttentionPayload& p, const float* q, const uint16_t* k_head,
