@@ -249,8 +249,6 @@ Plan plan(const dsl::ModelGraph& model, const PlanOptions& options) {
   p.policy = options.policy;
   p.program = analyze(model);
   lower_tasks(p);
-  for (const Task& t : p.tasks)
-    if (t.spec.reads.size() > 0xffff) throw std::logic_error("too many reads");
   const Index ix = index_of(p);
   derive_edges(p, ix);
   derive_counters(p, ix);
