@@ -200,6 +200,19 @@ struct Buffers {
   }
 };
 
+// Runs one step of `s` (fresh buffers, position 0) and returns the DeadlockError's message, or
+// "" if the step completed.
+std::string deadlock_message(const Schedule& s, const Checkpoint& ckpt) {
+  Buffers mem(s, ckpt, 8);
+  Emulator emu(s);
+  try {
+    emu.run_step({0, 5, 8, 1}, mem.table());
+  } catch (const DeadlockError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // Gives instruction `i` a private copy of its waits (so edits touch no other instruction).
 void own_waits(Schedule& s, uint32_t i) {
   mk::schedule::Instruction& inst = s.instructions[i];
@@ -326,14 +339,7 @@ TEST_CASE("emulator: an unreachable wait target is reported as a deadlock naming
   const uint32_t counter = w.counter, target = w.target;
   w.target = target + 1;  // edited directly, past the verifier
 
-  Buffers mem(s, f.ckpt, 8);
-  Emulator emu(s);
-  std::string message;
-  try {
-    emu.run_step({0, 5, 8, 1}, mem.table());
-  } catch (const DeadlockError& e) {
-    message = e.what();
-  }
+  const std::string message = deadlock_message(s, f.ckpt);
   CAPTURE(message);
   REQUIRE(!message.empty());
   // The blocked SM's head is the edited instruction; its producers have all signalled.
@@ -357,14 +363,7 @@ TEST_CASE("emulator: two SMs waiting on each other are reported as a deadlock") 
   add_wait(s, head0, {a, 1});    // SM 0's head waits for SM 1's second instruction
   add_wait(s, head1, {b, 1});    // and SM 1's head for SM 0's second
 
-  Buffers mem(s, f.ckpt, 8);
-  Emulator emu(s);
-  std::string message;
-  try {
-    emu.run_step({0, 5, 8, 1}, mem.table());
-  } catch (const DeadlockError& e) {
-    message = e.what();
-  }
+  const std::string message = deadlock_message(s, f.ckpt);
   CAPTURE(message);
   REQUIRE(!message.empty());
   CHECK(message.find("SM 0 instruction 0") != std::string::npos);
@@ -373,6 +372,7 @@ TEST_CASE("emulator: two SMs waiting on each other are reported as a deadlock") 
   CHECK(message.find("counter " + std::to_string(b) + " = 1, it is 0") != std::string::npos);
 
   SUBCASE("shuffled order reports it too") {
+    Buffers mem(s, f.ckpt, 8);
     Emulator shuffled(s);
     CHECK_THROWS_AS(shuffled.run_step({0, 5, 8, 1}, mem.table(), Order::shuffled, 99), DeadlockError);
   }

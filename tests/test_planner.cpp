@@ -245,9 +245,9 @@ std::string refusal(const Schedule& s, const std::vector<std::pair<uint32_t, uin
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-}  // namespace
-
-TEST_CASE("planner: tiny models, several SM counts, both policies") {
+// Plans both tiny models at 1, 3, 8 and 132 SMs under both policies and hands each plan to f.
+template <class F>
+void for_each_tiny_plan(F&& f) {
   for (const std::string name : {"tiny-llama", "tiny-qwen3"})
     for (uint32_t sms : {1u, 3u, 8u, 132u})
       for (Policy policy : {Policy::round_robin, Policy::critical_path}) {
@@ -255,10 +255,17 @@ TEST_CASE("planner: tiny models, several SM counts, both policies") {
         CAPTURE(sms);
         const std::string policy_name = mk::planner::policy_name(policy);
         CAPTURE(policy_name);
-        const Plan p = make_plan(name, sms, policy);
-        CHECK(p.policy == policy);
-        check_plan(p, sms, policy);
+        f(make_plan(name, sms, policy), name, sms, policy, policy_name);
       }
+}
+
+}  // namespace
+
+TEST_CASE("planner: tiny models, several SM counts, both policies") {
+  for_each_tiny_plan([](const Plan& p, const std::string&, uint32_t sms, Policy policy, const std::string&) {
+    CHECK(p.policy == policy);
+    check_plan(p, sms, policy);
+  });
 }
 
 TEST_CASE("planner: tiny-llama task and counter counts") {
@@ -294,26 +301,19 @@ TEST_CASE("planner: transitive wait reduction") {
 }
 
 TEST_CASE("planner: bytes per SM are balanced under both policies") {
-  for (const std::string name : {"tiny-llama", "tiny-qwen3"})
-    for (uint32_t sms : {1u, 3u, 8u, 132u})
-      for (Policy policy : {Policy::round_robin, Policy::critical_path}) {
-        CAPTURE(name);
-        CAPTURE(sms);
-        const std::string policy_name = mk::planner::policy_name(policy);
-        CAPTURE(policy_name);
-        const Plan p = make_plan(name, sms, policy);
-        CHECK_NOTHROW(mk::planner::verify(p.schedule, p.edges));
-        const auto b = bytes_per_sm(p);
-        const double mean = std::accumulate(b.begin(), b.end(), 0.0) / b.size();
-        const double max = *std::max_element(b.begin(), b.end());
-        double largest = 0;
-        for (const auto& t : p.tasks) largest = std::max(largest, t.spec.bytes);
-        INFO(name, " at ", sms, " SMs, ", policy_name, ": max ", max, " bytes per SM, mean ", mean,
-                ", largest task ", largest, ", critical path ", p.stats.critical_path_us, " us");
-        // Within 2x of the mean; where a single task is already above that (a tiny model on 132
-        // SMs has about one task per SM), no SM may hold more than that one task's worth.
-        CHECK(max <= std::max(2 * mean, largest));
-      }
+  for_each_tiny_plan([](const Plan& p, const std::string& name, uint32_t sms, Policy, const std::string& policy_name) {
+    CHECK_NOTHROW(mk::planner::verify(p.schedule, p.edges));
+    const auto b = bytes_per_sm(p);
+    const double mean = std::accumulate(b.begin(), b.end(), 0.0) / b.size();
+    const double max = *std::max_element(b.begin(), b.end());
+    double largest = 0;
+    for (const auto& t : p.tasks) largest = std::max(largest, t.spec.bytes);
+    INFO(name, " at ", sms, " SMs, ", policy_name, ": max ", max, " bytes per SM, mean ", mean,
+            ", largest task ", largest, ", critical path ", p.stats.critical_path_us, " us");
+    // Within 2x of the mean; where a single task is already above that (a tiny model on 132
+    // SMs has about one task per SM), no SM may hold more than that one task's worth.
+    CHECK(max <= std::max(2 * mean, largest));
+  });
 }
 
 TEST_CASE("planner: the critical-path policy uses every SM of a real model") {
