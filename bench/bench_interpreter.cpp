@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <map>
+#include <sstream>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +16,30 @@
 namespace {
 
 using namespace mk;
+
+// Per op of the model's layer block (names without their layer digits: "qkv", "attn_part", ...):
+// mean time from reaching the queue head to the waits met, and from there to the signal.
+std::string per_op_summary(const schedule::Schedule& s, const std::vector<device::TraceEvent>& ev) {
+  struct Sum {
+    uint32_t n = 0;
+    double wait = 0, run = 0;
+  };
+  std::map<std::string, Sum> by_name;
+  for (size_t i = 0; i < ev.size(); ++i) {
+    std::string name = s.ops[s.instructions[i].op].name;
+    name.erase(std::remove_if(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }), name.end());
+    Sum& sum = by_name[name];
+    ++sum.n;
+    sum.wait += (ev[i].ready - ev[i].start) / 1e3;
+    sum.run += (ev[i].end - ev[i].ready) / 1e3;
+  }
+  std::ostringstream o;
+  o.precision(3);
+  o << "per op name (mean per instruction): instructions, wait us, run us\n";
+  for (const auto& [name, sum] : by_name)
+    o << "  " << name << ": " << sum.n << ", " << sum.wait / sum.n << ", " << sum.run / sum.n << "\n";
+  return o.str();
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -42,7 +68,7 @@ std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t 
     exec.enable_trace(true);
     exec.timed_step(17, context - 1);
     const auto events = exec.read_trace();
-    std::cout << device::trace_summary(s, events);
+    std::cout << device::trace_summary(s, events) << per_op_summary(s, events);
     device::write_chrome_trace(s, events, trace + ".json");
     device::write_trace_svg(s, events, trace + ".svg");
   }

@@ -10,16 +10,17 @@ namespace {
 
 using Bits = std::vector<uint64_t>;
 
-// Lowers every op into `split` tasks of equal unit ranges.
+// Lowers every op into `split` tasks of near-equal unit ranges (sizes differ by at most one,
+// so a split need not divide the units: 132 SMs can share 3072 rows).
 void lower_tasks(Plan& p) {
   for (uint32_t o = 0; o < p.program.ops.size(); ++o) {
     const OpInfo& op = p.program.ops[o];
-    const uint32_t per = op.units / op.split;
+    auto bound = [&](uint32_t i) { return static_cast<uint32_t>(uint64_t{i} * op.units / op.split); };
     for (uint32_t i = 0; i < op.split; ++i) {
       Task t;
       t.op = o;
       t.index = i;
-      t.spec = op_def(op.opcode).lower(p.program, op, i * per, (i + 1) * per);
+      t.spec = op_def(op.opcode).lower(p.program, op, bound(i), bound(i + 1));
       p.tasks.push_back(std::move(t));
     }
   }

@@ -308,8 +308,8 @@ Program analyze(const dsl::ModelGraph& model) {
       check.fail("chunks", "chunks must be a positive integer, got " + std::to_string(chunks));
     op.split = static_cast<uint32_t>(split);
     op.chunks = static_cast<uint32_t>(chunks);
-    if (op.units % op.split)
-      check.fail("split", "split " + std::to_string(op.split) + " does not divide the op's " + std::to_string(op.units) +
+    if (op.split > op.units)
+      check.fail("split", "split " + std::to_string(op.split) + " is more than the op's " + std::to_string(op.units) +
                               " units of work");
     const uint64_t out_elems = p.tensors[op.out].elements();
     if (out_elems % op.chunks)

@@ -2,7 +2,8 @@
 # Everything one visit to the GPU machine runs: the GPU test binary, the comparisons with
 # transformers, mkrun decode timings, and the interpreter benchmark (bench/run.sh). Binaries
 # come prebuilt in $BIN (scripts/gpu_build.sh on the development machine). Everything printed
-# also goes to $LOG/gpu_check.log; LOG is $1, else $OUT, else out/gpu.
+# also goes to $LOG/gpu_check.log; LOG is $1, else $OUT, else out/gpu. QUICK=1 runs only the GPU
+# tests and the interpreter benchmark (for iterating on the interpreter).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=${1:-${OUT:-out/gpu}}
@@ -20,6 +21,14 @@ date -u
 
 step "GPU tests"
 "$BIN/mk_gpu_tests" || status=1
+
+if [ "${QUICK:-0}" = 1 ]; then
+  step "interpreter benchmark"
+  bash bench/run.sh "$BIN" "$LOG" || status=1
+  step "result"
+  [ $status = 0 ] && echo "all GPU checks passed" || echo "SOME GPU CHECKS FAILED"
+  exit $status
+fi
 
 for ex in tiny-llama llama-3.2-1b qwen3-4b; do
   step "transformers comparison: $ex"

@@ -270,8 +270,8 @@ TEST_CASE("planner: tiny models, several SM counts, both policies") {
 
 TEST_CASE("planner: tiny-llama task and counter counts") {
   const Plan p = make_plan("tiny-llama", 8);
-  // embed 4 + 3 layers x (12 + 4 + 4 + 8 + 8 + 8) + LM head 8 + argmax 1
-  CHECK(p.tasks.size() == 4 + 3 * 44 + 8 + 1);
+  // embed 4 + 3 layers x (12 + 4 + 4 + 6 + 8 + 8) + LM head 8 + argmax 1
+  CHECK(p.tasks.size() == 4 + 3 * 42 + 8 + 1);
   // one counter per chunk: embed 1, per layer 3 + 2 + 1 + 1 + 1 + 4, LM head 1, argmax 1
   CHECK(p.counters.size() == 1 + 3 * 12 + 1 + 1);
   CHECK(p.program.ops.size() == 1 + 3 * 6 + 2);

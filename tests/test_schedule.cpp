@@ -527,7 +527,10 @@ TEST_CASE("schedule validator: waits, signals, queues and the tensor table") {
   }
   SUBCASE("a weight shape that no longer matches its payloads") {
     Schedule s = good;
-    const uint32_t i = first_of(s, Opcode::matvec);
+    // A matvec with a residual (o-proj or down): its weight is not the tied embedding table.
+    const uint32_t i = first_of(s, Opcode::matvec, [](const Instruction& inst) {
+      return payload<mk::schedule::MatvecPayload>(inst).residual != mk::schedule::kNone;
+    });
     const auto p = payload<mk::schedule::MatvecPayload>(s.instructions[i]);
     s.tensors[p.weight[0]].shape[1] += 1;  // more columns than the input has
     CHECK(contains(validator_refusal(s), "is not [rows, cols]"));

@@ -147,13 +147,14 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
   __shared__ bool go;
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
   __shared__ uint32_t quiet;  // WeightRing::quiet
+  const uint32_t share = max(1u, kWarps / p.ring_stages);
   if (threadIdx.x == 0) {
-    for (uint32_t s = 0; s < p.ring_stages; ++s) mbar_init(full + s, 1), mbar_init(empty + s, 1);
+    for (uint32_t s = 0; s < p.ring_stages; ++s) mbar_init(full + s, 1), mbar_init(empty + s, share);
     mbar_fence_init();
     quiet = 0;
   }
   __syncthreads();
-  WeightRing ring{smem, p.ring_stages, full, empty, 0, &quiet};
+  WeightRing ring{smem, p.ring_stages, full, empty, share, 0, &quiet};
   if (threadIdx.x / 32 == kWarps) {  // the producer warp
     if (threadIdx.x % 32 == 0) produce_weights(p, ring);
     return;
@@ -197,9 +198,11 @@ __global__ void fill_random_kernel(void* data, uint64_t n, bool bf16, uint32_t s
 
 uint32_t instruction_shared_bytes(const schedule::Instruction& inst) {
   switch (static_cast<schedule::Opcode>(inst.opcode)) {
-    case schedule::Opcode::matvec: return matvec_shared_bytes(schedule::payload_as<schedule::MatvecPayload>(inst));
-    case schedule::Opcode::attention: return attention_shared_bytes(schedule::payload_as<schedule::AttentionPayload>(inst));
-    default: return 2 * kWarps * 4 + 64;
+#define MK_OP(name, code, payload) \
+  case schedule::Opcode::name: return gpu_shared_bytes(schedule::payload_as<schedule::payload>(inst));
+#include "schedules/op_table.def"
+#undef MK_OP
+    default: return 0;
   }
 }
 

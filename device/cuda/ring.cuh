@@ -2,7 +2,7 @@
 // (the bulk copy landed) and an "empty" one (its consumer warp is done). Weights never depend
 // on activations, so the producer warp streams the tiles of the SM's upcoming instructions
 // while the compute warps still wait for their counters. Tile k of the launch uses stage
-// k % count, and compute warp k % count consumes it.
+// k % count, and compute warps s, s + count, ... (`share` of them) consume stage s.
 #pragma once
 #include <cstdint>
 
@@ -28,6 +28,7 @@ struct WeightRing {
   uint32_t count;
   uint64_t* full;
   uint64_t* empty;
+  uint32_t share;      // warps consuming each stage (each takes a slice of the tile's columns)
   uint32_t next_tile;  // the launch's tile counter, advanced alike by every compute thread
   // Set by an op once it has consumed its tiles, cleared after its signal: the producer issues
   // nothing in between, because the signal's release waits for this SM's loads in flight.
@@ -98,5 +99,11 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
 // Ops that stream no weights through the ring.
 template <class Payload, class F>
 __device__ void gpu_weight_tiles(const Payload&, const TensorTable&, F&&) {}
+
+// Scratch shared memory of ops that declare none: a few reduction slots.
+template <class Payload>
+inline uint32_t gpu_shared_bytes(const Payload&) {
+  return 2 * 32 * 4 + 64;
+}
 
 }  // namespace mk::device

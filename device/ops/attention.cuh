@@ -9,7 +9,7 @@
 namespace mk::device {
 
 // Shared memory: cos/sin, q heads, current k and v, then per-warp partials.
-inline uint32_t attention_shared_bytes(const schedule::AttentionPayload& p) {
+inline uint32_t gpu_shared_bytes(const schedule::AttentionPayload& p) {
   const uint32_t hd = p.head_dim, rep = p.heads / p.kv_heads;
   return (hd + rep * hd + 2 * hd + hd + kWarps * rep * (hd + 2)) * 4;
 }

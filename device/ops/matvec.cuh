@@ -7,9 +7,9 @@
 
 namespace mk::device {
 
-// Scratch: the (normed) input vector, one accumulator per output row (two for silu_mul), and
-// kWarps floats for the norm's reduction.
-inline uint32_t matvec_shared_bytes(const schedule::MatvecPayload& p) {
+// Scratch: the input vector (times the norm weight) as two planes of float4, one accumulator
+// per output row (two for silu_mul), and kWarps floats of the input's sum of squares.
+inline uint32_t gpu_shared_bytes(const schedule::MatvecPayload& p) {
   const uint32_t rows = p.row_end - p.row_begin;
   return (p.cols + 2 * rows + kWarps) * 4;
 }
@@ -51,73 +51,137 @@ __device__ void gpu_weight_tiles(const schedule::MatvecPayload& p, const TensorT
   }
 }
 
-// The producer warp streams the weight tiles into the ring; compute warp s consumes the tiles
-// of stage s (a warp-wide dot product per tile row, added into a shared accumulator), then
-// the epilogue applies silu_mul and the residual.
+namespace detail {
+
+// Sums a0..a3 over the warp in 6 shuffles; lane 8*i ends with the sum of a_i.
+__device__ __forceinline__ float warp_sum4(float a0, float a1, float a2, float a3) {
+  const uint32_t lane = threadIdx.x % 32;
+  const bool up = lane & 16;
+  float keep0 = up ? a2 : a0, keep1 = up ? a3 : a1;
+  keep0 += __shfl_xor_sync(0xffffffffu, up ? a0 : a2, 16);
+  keep1 += __shfl_xor_sync(0xffffffffu, up ? a1 : a3, 16);
+  const bool up8 = lane & 8;
+  float v = up8 ? keep1 : keep0;
+  v += __shfl_xor_sync(0xffffffffu, up8 ? keep0 : keep1, 8);
+  v += __shfl_xor_sync(0xffffffffu, v, 4);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v;
+}
+
+// One warp's share of one tile: lane chunks (8 columns each) h*32 + lane + j*32*share, four
+// rows at a time, so each slice of x is read from shared memory once per four rows. x is held
+// as two planes (columns 8c..8c+3 at xlo[c], 8c+4..8c+7 at xhi[c]): 16-byte reads, no bank
+// conflicts.
+__device__ __noinline__ void consume_tile(const WeightTile& t, const uint16_t* w, const float4* xlo, const float4* xhi,
+                                             uint32_t h, uint32_t share, float* acc) {
+  const uint32_t lane = threadIdx.x % 32, n8 = t.cols / 8, c0 = t.col0 / 8, step = 32 * share;
+  const uint4* tile = reinterpret_cast<const uint4*>(w);
+  for (uint32_t r0 = 0; r0 < t.rows; r0 += 4) {
+    const uint32_t nr = min(4u, t.rows - r0);
+    const uint4* row = tile + r0 * n8;
+    float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+#pragma unroll 2
+    for (uint32_t c = h * 32 + lane; c < n8; c += step) {
+      const float4 xa = xlo[c0 + c], xb = xhi[c0 + c];
+      a0 += dot8(row[c], xa, xb);
+      if (nr > 1) a1 += dot8(row[n8 + c], xa, xb);
+      if (nr > 2) a2 += dot8(row[2 * n8 + c], xa, xb);
+      if (nr > 3) a3 += dot8(row[3 * n8 + c], xa, xb);
+    }
+    const float s = warp_sum4(a0, a1, a2, a3);
+    if (lane % 8 == 0 && lane / 8 < nr) atomicAdd(acc + t.acc_row + r0 + lane / 8, s);
+  }
+}
+
+}  // namespace detail
+
+// The producer warp streams the weight tiles into the ring; the `share` warps of stage s
+// consume its tiles, each a slice of the columns, adding into shared accumulators. The norm
+// is folded in: x is held as in * norm_weight, and the sum of squares scales the finished
+// rows, so no barrier stands between the input load and the first tile.
 __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule::StepContext&, const TensorTable& mem,
                                BlockContext& bc) {
   const uint32_t cols = p.cols, rows = p.row_end - p.row_begin, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
-  float* x = reinterpret_cast<float*>(bc.scratch);
-  float* acc = x + cols;
+  const bool norm = p.norm != schedule::kNone;
+  float4* xlo = reinterpret_cast<float4*>(bc.scratch);
+  float4* xhi = xlo + cols / 8;
+  float* acc = reinterpret_cast<float*>(xhi + cols / 8);
   float* partial = acc + 2 * rows;
-  const float* in = mem.at<const float>(p.in);
-  // 16-byte loads, unrolled so that a thread's loads are all in flight at once.
-  const float4* in4 = reinterpret_cast<const float4*>(in);
-  float4* x4w = reinterpret_cast<float4*>(x);
-#pragma unroll 4
-  for (uint32_t i = tid; i < cols / 4; i += kThreads) x4w[i] = __ldcg(in4 + i);
-  block_sync();  // the norm below reads elements other threads loaded
-  for (uint32_t i = tid; i < 2 * rows; i += kThreads) acc[i] = 0;
-  // The residual is loaded now, with the input, rather than after the weights: one round trip
-  // to L2 fewer on the critical path. Thread i keeps the residual of its epilogue rows.
-  constexpr uint32_t kResidualRows = 2;  // rows per thread kept in registers (res[0], res[1]); more load late
+  const float4* in4 = reinterpret_cast<const float4*>(mem.at<const float>(p.in));
+  const uint2* norm4 = norm ? reinterpret_cast<const uint2*>(mem.at<const uint16_t>(p.norm)) : nullptr;
+  // The residual is loaded now, with the input: one round trip to L2 fewer after the weights.
+  constexpr uint32_t kResidualRows = 2;  // rows per thread kept in registers; more load late
   const float* residual = p.residual == schedule::kNone ? nullptr : mem.at<const float>(p.residual);
   float res[kResidualRows] = {0, 0};
 #pragma unroll
   for (uint32_t k = 0; k < kResidualRows; ++k)
     if (residual && tid + k * kThreads < rows) res[k] = load_activation(residual + p.row_begin + tid + k * kThreads);
-  if (p.norm != schedule::kNone) {
-    float ss = 0;
-    for (uint32_t i = tid; i < cols; i += kThreads) ss += x[i] * x[i];
-    const float inv = rsqrtf(block_sum(ss, partial) / cols + p.eps);
-    const uint16_t* w = mem.at<const uint16_t>(p.norm);
-    for (uint32_t i = tid; i < cols; i += kThreads) x[i] = x[i] * inv * bf16_to_f32(w[i]);
+  float ss = 0;
+  for (uint32_t base = 0; base < cols / 4; base += 4 * kThreads) {
+    float4 v[4];
+    uint2 nw[4];
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k) {
+      const uint32_t i = base + k * kThreads + tid;
+      if (i < cols / 4) {
+        v[k] = __ldcg(in4 + i);
+        if (norm) nw[k] = __ldg(norm4 + i);
+      }
+    }
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k) {
+      const uint32_t i = base + k * kThreads + tid;
+      if (i >= cols / 4) break;
+      float4 x = v[k];
+      if (norm) {
+        ss += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
+        x = make_float4(x.x * bf16_lo(nw[k].x), x.y * bf16_hi(nw[k].x), x.z * bf16_lo(nw[k].y), x.w * bf16_hi(nw[k].y));
+      }
+      (i % 2 ? xhi : xlo)[i / 2] = x;
+    }
+  }
+  for (uint32_t i = tid; i < 2 * rows; i += kThreads) acc[i] = 0;
+  if (norm) {
+    ss = warp_sum(ss);
+    if (lane == 0) partial[warp] = ss;
   }
   block_sync();
   bc.mark(0);
 
   WeightRing& ring = bc.ring;
+  const uint32_t share = ring.share, stage_of_warp = warp % ring.count, h = warp / ring.count;
   uint32_t k = ring.next_tile;
-  gpu_weight_tiles(p, mem, [&](const WeightTile& t) {
-    const uint32_t stage = k % ring.count;
-    if (warp == stage) {
-      mbar_wait(ring.full + stage, (k / ring.count) & 1);
-      const uint16_t* w = reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes);
-      const float4* x4 = reinterpret_cast<const float4*>(x + t.col0);
-      const uint32_t chunks = t.cols / 8;
-      for (uint32_t r = 0; r < t.rows; ++r) {
-        const uint4* row = reinterpret_cast<const uint4*>(w + r * t.cols);
-        float s = 0;
-#pragma unroll 4
-        for (uint32_t c = lane; c < chunks; c += 32) s += dot8(row[c], x4[2 * c], x4[2 * c + 1]);
-        s = warp_sum(s);
-        if (lane == 0) atomicAdd(acc + t.acc_row + r, s);
+  if (h < share) {
+    gpu_weight_tiles(p, mem, [&](const WeightTile& t) {
+      const uint32_t stage = k % ring.count;
+      if (stage == stage_of_warp) {
+        mbar_wait(ring.full + stage, (k / ring.count) & 1);
+        detail::consume_tile(t, reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes), xlo, xhi, h, share, acc);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(ring.empty + stage);
       }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(ring.empty + stage);
-    }
-    ++k;
-  });
+      ++k;
+    });
+  } else {
+    gpu_weight_tiles(p, mem, [&](const WeightTile&) { ++k; });
+  }
   ring.next_tile = k;
   block_sync();
   ring.hush();
   bc.mark(1);
 
+  float inv = 1.0f;
+  if (norm) {
+    float total = 0;
+    for (uint32_t w = 0; w < kWarps; ++w) total += partial[w];  // a broadcast read, same order in every thread
+    inv = rsqrtf(total / cols + p.eps);
+  }
   float* out = mem.at<float>(p.out);
   for (uint32_t i = tid, k = 0; i < rows; i += kThreads, ++k) {
-    const float a = acc[i];
-    const float y = silu ? a / (1.0f + expf(-a)) * acc[rows + i] : a;
+    const float a = acc[i] * inv;
+    const float y = silu ? a / (1.0f + expf(-a)) * (acc[rows + i] * inv) : a;
     const float r = !residual ? 0.0f : k == 0 ? res[0] : k == 1 ? res[1] : load_activation(residual + p.row_begin + i);
     out[p.row_begin + i] = r + y;
   }
