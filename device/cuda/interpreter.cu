@@ -94,12 +94,20 @@ __device__ void counter_signal(const KernelParams& p, const schedule::Instructio
   }
 }
 
+// Each op body is a function of its own, so that its registers are allocated for it alone:
+// inlined into one kernel, the busiest op's pressure made every op spill.
+template <class Payload>
+__device__ __noinline__ void run_op(const schedule::Instruction& inst, schedule::StepContext ctx, TensorTable mem,
+                                    BlockContext& bc) {
+  gpu_run(schedule::payload_as<Payload>(inst), ctx, mem, bc);
+}
+
 __device__ void execute(const schedule::Instruction& inst, const schedule::StepContext& ctx, const TensorTable& mem,
                         BlockContext& bc) {
   switch (static_cast<schedule::Opcode>(inst.opcode)) {
-#define MK_OP(name, code, payload)                                        \
-  case schedule::Opcode::name:                                            \
-    gpu_run(schedule::payload_as<schedule::payload>(inst), ctx, mem, bc); \
+#define MK_OP(name, code, payload)                     \
+  case schedule::Opcode::name:                         \
+    run_op<schedule::payload>(inst, ctx, mem, bc);     \
     break;
 #include "schedules/op_table.def"
 #undef MK_OP

@@ -73,7 +73,7 @@ __device__ __forceinline__ float warp_sum4(float a0, float a1, float a2, float a
 // rows at a time, so each slice of x is read from shared memory once per four rows. x is held
 // as two planes (columns 8c..8c+3 at xlo[c], 8c+4..8c+7 at xhi[c]): 16-byte reads, no bank
 // conflicts.
-__device__ __noinline__ void consume_tile(const WeightTile& t, const uint16_t* w, const float4* xlo, const float4* xhi,
+__device__ __forceinline__ void consume_tile(const WeightTile& t, const uint16_t* w, const float4* xlo, const float4* xhi,
                                              uint32_t h, uint32_t share, float* acc) {
   const uint32_t lane = threadIdx.x % 32, n8 = t.cols / 8, c0 = t.col0 / 8, step = 32 * share;
   const uint4* tile = reinterpret_cast<const uint4*>(w);
@@ -81,7 +81,7 @@ __device__ __noinline__ void consume_tile(const WeightTile& t, const uint16_t* w
     const uint32_t nr = min(4u, t.rows - r0);
     const uint4* row = tile + r0 * n8;
     float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-#pragma unroll 2
+#pragma unroll 1
     for (uint32_t c = h * 32 + lane; c < n8; c += step) {
       const float4 xa = xlo[c0 + c], xb = xhi[c0 + c];
       a0 += dot8(row[c], xa, xb);
@@ -112,18 +112,19 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
   const float4* in4 = reinterpret_cast<const float4*>(mem.at<const float>(p.in));
   const uint2* norm4 = norm ? reinterpret_cast<const uint2*>(mem.at<const uint16_t>(p.norm)) : nullptr;
   // The residual is loaded now, with the input: one round trip to L2 fewer after the weights.
-  constexpr uint32_t kResidualRows = 2;  // rows per thread kept in registers; more load late
+  constexpr uint32_t kResidualRows = 1;  // rows per thread kept in a register; more load late
   const float* residual = p.residual == schedule::kNone ? nullptr : mem.at<const float>(p.residual);
-  float res[kResidualRows] = {0, 0};
+  float res[kResidualRows] = {0};
 #pragma unroll
   for (uint32_t k = 0; k < kResidualRows; ++k)
     if (residual && tid + k * kThreads < rows) res[k] = load_activation(residual + p.row_begin + tid + k * kThreads);
   float ss = 0;
-  for (uint32_t base = 0; base < cols / 4; base += 4 * kThreads) {
-    float4 v[4];
-    uint2 nw[4];
+  constexpr uint32_t kBatch = 2;  // float4 loads in flight per thread
+  for (uint32_t base = 0; base < cols / 4; base += kBatch * kThreads) {
+    float4 v[kBatch];
+    uint2 nw[kBatch];
 #pragma unroll
-    for (uint32_t k = 0; k < 4; ++k) {
+    for (uint32_t k = 0; k < kBatch; ++k) {
       const uint32_t i = base + k * kThreads + tid;
       if (i < cols / 4) {
         v[k] = __ldcg(in4 + i);
@@ -131,7 +132,7 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
       }
     }
 #pragma unroll
-    for (uint32_t k = 0; k < 4; ++k) {
+    for (uint32_t k = 0; k < kBatch; ++k) {
       const uint32_t i = base + k * kThreads + tid;
       if (i >= cols / 4) break;
       float4 x = v[k];
@@ -182,7 +183,7 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
   for (uint32_t i = tid, k = 0; i < rows; i += kThreads, ++k) {
     const float a = acc[i] * inv;
     const float y = silu ? a / (1.0f + expf(-a)) * (acc[rows + i] * inv) : a;
-    const float r = !residual ? 0.0f : k == 0 ? res[0] : k == 1 ? res[1] : load_activation(residual + p.row_begin + i);
+    const float r = !residual ? 0.0f : k < kResidualRows ? res[k] : load_activation(residual + p.row_begin + i);
     out[p.row_begin + i] = r + y;
   }
 }
