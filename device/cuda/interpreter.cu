@@ -94,20 +94,12 @@ __device__ void counter_signal(const KernelParams& p, const schedule::Instructio
   }
 }
 
-// Each op body is a function of its own, so that its registers are allocated for it alone:
-// inlined into one kernel, the busiest op's pressure made every op spill.
-template <class Payload>
-__device__ __noinline__ void run_op(const schedule::Instruction& inst, schedule::StepContext ctx, TensorTable mem,
-                                    BlockContext& bc) {
-  gpu_run(schedule::payload_as<Payload>(inst), ctx, mem, bc);
-}
-
 __device__ void execute(const schedule::Instruction& inst, const schedule::StepContext& ctx, const TensorTable& mem,
                         BlockContext& bc) {
   switch (static_cast<schedule::Opcode>(inst.opcode)) {
 #define MK_OP(name, code, payload)                     \
   case schedule::Opcode::name:                         \
-    run_op<schedule::payload>(inst, ctx, mem, bc);     \
+    gpu_run(schedule::payload_as<schedule::payload>(inst), ctx, mem, bc); \
     break;
 #include "schedules/op_table.def"
 #undef MK_OP
@@ -120,31 +112,40 @@ __device__ void execute(const schedule::Instruction& inst, const schedule::StepC
 // waits on a counter; it stops early only if the launch is aborted.
 __device__ void produce_weights(const KernelParams& p, WeightRing ring) {
   const uint32_t begin = p.sm_offsets[blockIdx.x], end = p.sm_offsets[blockIdx.x + 1];
-  uint32_t k = 0;
-  bool aborted = false;
-  auto issue = [&](const WeightTile& t) {
-    const uint32_t stage = k % ring.count;
-    while (*ring.quiet && !aborted) aborted = *static_cast<volatile uint32_t*>(&p.error->code) != 0;
-    if (k >= ring.count) {
-      const uint32_t parity = ((k / ring.count) - 1) & 1;
-      while (!aborted && !mbar_try_wait(ring.empty + stage, parity))
-        aborted = *static_cast<volatile uint32_t*>(&p.error->code) != 0;
-    }
-    if (aborted) return;
-    mbar_expect_bytes(ring.full + stage, t.bytes);
-    bulk_copy(ring.stages + stage * kStageBytes, t.src, t.bytes, ring.full + stage);
-    ++k;
-  };
-  for (uint32_t i = begin; i < end && !aborted; ++i) {
+  uint32_t stage = 0, parity = 1;  // tile k: stage k % count; its stage was freed in phase k / count - 1
+  bool first_round = true;
+  auto aborted = [&] { return *static_cast<volatile uint32_t*>(&p.error->code) != 0; };
+  for (uint32_t i = begin; i < end; ++i) {
     const schedule::Instruction& inst = p.instructions[i];
+    uint32_t tiles = 0;
     switch (static_cast<schedule::Opcode>(inst.opcode)) {
-#define MK_OP(name, code, payload)                                                   \
-  case schedule::Opcode::name:                                                       \
-    gpu_weight_tiles(schedule::payload_as<schedule::payload>(inst), p.tensors, issue); \
+#define MK_OP(name, code, payload)                                                     \
+  case schedule::Opcode::name:                                                         \
+    tiles = gpu_tile_count(schedule::payload_as<schedule::payload>(inst), p.tensors); \
     break;
 #include "schedules/op_table.def"
 #undef MK_OP
       default: break;
+    }
+    for (uint32_t j = 0; j < tiles; ++j) {
+      WeightTile t{};
+      switch (static_cast<schedule::Opcode>(inst.opcode)) {
+#define MK_OP(name, code, payload)                                                    \
+  case schedule::Opcode::name:                                                        \
+    t = gpu_tile(schedule::payload_as<schedule::payload>(inst), p.tensors, j);       \
+    break;
+#include "schedules/op_table.def"
+#undef MK_OP
+        default: break;
+      }
+      while (*ring.quiet)
+        if (aborted()) return;
+      if (!first_round)
+        while (!mbar_try_wait(ring.empty + stage, parity))
+          if (aborted()) return;
+      mbar_expect_bytes(ring.full + stage, t.bytes);
+      bulk_copy(ring.stages + stage * kStageBytes, t.src, t.bytes, ring.full + stage);
+      if (++stage == ring.count) stage = 0, parity ^= 1, first_round = false;
     }
   }
 }

@@ -96,9 +96,17 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                : "memory");
 }
 
-// Ops that stream no weights through the ring.
-template <class Payload, class F>
-__device__ void gpu_weight_tiles(const Payload&, const TensorTable&, F&&) {}
+// An op that streams weights through the ring defines gpu_tile_count(payload, mem) and
+// gpu_tile(payload, mem, j) -> WeightTile (its tiles in the order it consumes them); ops that
+// stream none get these.
+template <class Payload>
+__device__ uint32_t gpu_tile_count(const Payload&, const TensorTable&) {
+  return 0;
+}
+template <class Payload>
+__device__ WeightTile gpu_tile(const Payload&, const TensorTable&, uint32_t) {
+  return WeightTile{};
+}
 
 // Scratch shared memory of ops that declare none: a few reduction slots.
 template <class Payload>

@@ -117,7 +117,8 @@ __device__ __noinline__ void attend_positions(const schedule::AttentionPayload& 
 // One unit (kv head g, split s) at a time: q heads normed and roped into shared memory, the
 // current k and v rounded to bf16 (and appended to the cache by the last split), then
 // attend_positions over the split's positions, then the warps' partials merged.
-__device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
+// Its own function: inlined into the interpreter, its register pressure made every op spill.
+__device__ __noinline__ void gpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                BlockContext& bc) {
   const uint32_t hd = p.head_dim, half = hd / 2, rep = p.heads / p.kv_heads, S = p.kv_splits;
   const uint32_t tid = threadIdx.x, warp = tid / 32;

@@ -15,40 +15,68 @@ inline uint32_t gpu_shared_bytes(const schedule::MatvecPayload& p) {
 }
 
 // The task's weights as ring tiles, in order: each weight segment's rows, whole rows per tile
-// while a row fits a stage, else each row in stage-sized pieces. Accumulator rows: output row
-// - row_begin, plus `rows` for silu_mul's up projection.
-template <class F>
-__device__ void gpu_weight_tiles(const schedule::MatvecPayload& p, const TensorTable& mem, F&& f) {
-  const uint32_t cols = p.cols, rows = p.row_end - p.row_begin, row_bytes = cols * 2;
-  const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
-  auto segment = [&](const uint16_t* weight, uint32_t first_row, uint32_t count, uint32_t acc_row) {
-    if (row_bytes <= kStageBytes) {
-      const uint32_t per_tile = kStageBytes / row_bytes;
-      for (uint32_t r = 0; r < count; r += per_tile) {
-        const uint32_t n = min(per_tile, count - r);
-        f(WeightTile{weight + uint64_t{first_row + r} * cols, n * row_bytes, acc_row + r, n, 0, cols});
-      }
-    } else {
-      const uint32_t piece = kStageBytes / 2;
-      for (uint32_t r = 0; r < count; ++r)
-        for (uint32_t c = 0; c < cols; c += piece) {
-          const uint32_t n = min(piece, cols - c);
-          f(WeightTile{weight + uint64_t{first_row + r} * cols + c, n * 2, acc_row + r, 1, c, n});
-        }
-    }
-  };
-  if (silu) {
-    segment(mem.at<const uint16_t>(p.weight[0]), p.row_begin, rows, 0);
-    segment(mem.at<const uint16_t>(p.weight[1]), p.row_begin, rows, rows);
-    return;
+// while a row fits a stage, else each row in stage-sized pieces. A segment is (weight, its
+// first row, rows, accumulator row); accumulator rows are output row - row_begin, plus `rows`
+// for silu_mul's up projection. Tiles are addressed by index so that a warp can go straight
+// to its own (a generator walked by every warp cost a division and spills per tile).
+struct MatvecSegment {
+  const uint16_t* weight;
+  uint32_t first_row, rows, acc_row;
+};
+
+__device__ __forceinline__ uint32_t matvec_segments(const schedule::MatvecPayload& p, const TensorTable& mem,
+                                                    MatvecSegment (&seg)[3]) {
+  const uint32_t rows = p.row_end - p.row_begin;
+  if (p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul)) {
+    seg[0] = {mem.at<const uint16_t>(p.weight[0]), p.row_begin, rows, 0};
+    seg[1] = {mem.at<const uint16_t>(p.weight[1]), p.row_begin, rows, rows};
+    return 2;
   }
-  uint32_t first = 0;
-  for (uint32_t i = 0; i < p.weight_count; ++i) {
+  uint32_t n = 0, first = 0;
+  for (uint32_t i = 0; i < p.weight_count && i < 3; ++i) {
     const uint32_t end = p.weight_row_end[i];
     const uint32_t a = max(first, p.row_begin), b = min(end, p.row_end);
-    if (a < b) segment(mem.at<const uint16_t>(p.weight[i]), a - first, b - a, a - p.row_begin);
+    if (a < b) seg[n++] = {mem.at<const uint16_t>(p.weight[i]), a - first, b - a, a - p.row_begin};
     first = end;
   }
+  return n;
+}
+
+// Rows per whole-row tile, or 0 when a row is cut into pieces of kStageBytes.
+__device__ __forceinline__ uint32_t matvec_rows_per_tile(uint32_t cols) {
+  return cols * 2 <= kStageBytes ? kStageBytes / (cols * 2) : 0;
+}
+
+__device__ __forceinline__ uint32_t matvec_segment_tiles(const MatvecSegment& s, uint32_t cols) {
+  const uint32_t per = matvec_rows_per_tile(cols);
+  return per ? (s.rows + per - 1) / per : s.rows * ((cols * 2 + kStageBytes - 1) / kStageBytes);
+}
+
+__device__ inline uint32_t gpu_tile_count(const schedule::MatvecPayload& p, const TensorTable& mem) {
+  MatvecSegment seg[3];
+  const uint32_t n = matvec_segments(p, mem, seg);
+  uint32_t tiles = 0;
+  for (uint32_t i = 0; i < n; ++i) tiles += matvec_segment_tiles(seg[i], p.cols);
+  return tiles;
+}
+
+__device__ inline WeightTile gpu_tile(const schedule::MatvecPayload& p, const TensorTable& mem, uint32_t j) {
+  MatvecSegment seg[3];
+  const uint32_t n = matvec_segments(p, mem, seg), cols = p.cols, per = matvec_rows_per_tile(cols);
+  uint32_t i = 0;
+  for (; i + 1 < n; ++i) {
+    const uint32_t t = matvec_segment_tiles(seg[i], cols);
+    if (j < t) break;
+    j -= t;
+  }
+  const MatvecSegment& s = seg[i];
+  if (per) {
+    const uint32_t r = j * per, rows = min(per, s.rows - r);
+    return WeightTile{s.weight + uint64_t{s.first_row + r} * cols, rows * cols * 2, s.acc_row + r, rows, 0, cols};
+  }
+  const uint32_t piece = kStageBytes / 2, pieces = (cols + piece - 1) / piece;
+  const uint32_t r = j / pieces, c = j % pieces * piece, n_cols = min(piece, cols - c);
+  return WeightTile{s.weight + uint64_t{s.first_row + r} * cols + c, n_cols * 2, s.acc_row + r, 1, c, n_cols};
 }
 
 namespace detail {
@@ -151,24 +179,24 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
   block_sync();
   bc.mark(0);
 
+  // Tile j of this task is tile next_tile + j of the launch: ring stage (next_tile + j) % count.
+  // The `share` warps of a stage take its tiles in turn, each a slice of every tile's columns.
   WeightRing& ring = bc.ring;
-  const uint32_t share = ring.share, stage_of_warp = warp % ring.count, h = warp / ring.count;
-  uint32_t k = ring.next_tile;
-  if (h < share) {
-    gpu_weight_tiles(p, mem, [&](const WeightTile& t) {
-      const uint32_t stage = k % ring.count;
-      if (stage == stage_of_warp) {
-        mbar_wait(ring.full + stage, (k / ring.count) & 1);
-        detail::consume_tile(t, reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes), xlo, xhi, h, share, acc);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(ring.empty + stage);
-      }
-      ++k;
-    });
-  } else {
-    gpu_weight_tiles(p, mem, [&](const WeightTile&) { ++k; });
+  const uint32_t tiles = gpu_tile_count(p, mem), count = ring.count, h = warp / count;
+  if (h < ring.share) {
+    const uint32_t stage = warp % count;
+    uint32_t j = (stage + count - ring.next_tile % count) % count;  // my first tile
+    uint32_t parity = ((ring.next_tile + j) / count) & 1;
+    for (; j < tiles; j += count, parity ^= 1) {
+      const WeightTile t = gpu_tile(p, mem, j);
+      mbar_wait(ring.full + stage, parity);
+      detail::consume_tile(t, reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes), xlo, xhi, h, ring.share,
+                           acc);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(ring.empty + stage);
+    }
   }
-  ring.next_tile = k;
+  ring.next_tile += tiles;
   block_sync();
   ring.hush();
   bc.mark(1);
