@@ -115,38 +115,34 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring) {
   uint32_t stage = 0, parity = 1;  // tile k: stage k % count; its stage was freed in phase k / count - 1
   bool first_round = true;
   auto aborted = [&] { return *static_cast<volatile uint32_t*>(&p.error->code) != 0; };
+  auto stream = [&](const auto& tiles) {
+    const uint32_t n = tiles.count();
+    for (uint32_t j = 0; j < n; ++j) {
+      const WeightTile t = tiles.at(j);
+      while (*ring.quiet)
+        if (aborted()) return false;
+      if (!first_round)
+        while (!mbar_try_wait(ring.empty + stage, parity))
+          if (aborted()) return false;
+      mbar_expect_bytes(ring.full + stage, t.bytes);
+      bulk_copy(ring.stages + stage * kStageBytes, t.src, t.bytes, ring.full + stage);
+      if (++stage == ring.count) stage = 0, parity ^= 1, first_round = false;
+    }
+    return true;
+  };
   for (uint32_t i = begin; i < end; ++i) {
     const schedule::Instruction& inst = p.instructions[i];
-    uint32_t tiles = 0;
+    bool ok = true;
     switch (static_cast<schedule::Opcode>(inst.opcode)) {
-#define MK_OP(name, code, payload)                                                     \
-  case schedule::Opcode::name:                                                         \
-    tiles = gpu_tile_count(schedule::payload_as<schedule::payload>(inst), p.tensors); \
+#define MK_OP(name, code, payload)                                                  \
+  case schedule::Opcode::name:                                                      \
+    ok = stream(gpu_tiles(schedule::payload_as<schedule::payload>(inst), p.tensors)); \
     break;
 #include "schedules/op_table.def"
 #undef MK_OP
       default: break;
     }
-    for (uint32_t j = 0; j < tiles; ++j) {
-      WeightTile t{};
-      switch (static_cast<schedule::Opcode>(inst.opcode)) {
-#define MK_OP(name, code, payload)                                                    \
-  case schedule::Opcode::name:                                                        \
-    t = gpu_tile(schedule::payload_as<schedule::payload>(inst), p.tensors, j);       \
-    break;
-#include "schedules/op_table.def"
-#undef MK_OP
-        default: break;
-      }
-      while (*ring.quiet)
-        if (aborted()) return;
-      if (!first_round)
-        while (!mbar_try_wait(ring.empty + stage, parity))
-          if (aborted()) return;
-      mbar_expect_bytes(ring.full + stage, t.bytes);
-      bulk_copy(ring.stages + stage * kStageBytes, t.src, t.bytes, ring.full + stage);
-      if (++stage == ring.count) stage = 0, parity ^= 1, first_round = false;
-    }
+    if (!ok) return;
   }
 }
 

@@ -96,16 +96,16 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                : "memory");
 }
 
-// An op that streams weights through the ring defines gpu_tile_count(payload, mem) and
-// gpu_tile(payload, mem, j) -> WeightTile (its tiles in the order it consumes them); ops that
-// stream none get these.
+// An op that streams weights through the ring defines gpu_tiles(payload, mem): an object with
+// count() and at(j) -> WeightTile, its tiles in the order it consumes them, built once per
+// instruction. Ops that stream none get this one.
+struct NoTiles {
+  __device__ uint32_t count() const { return 0; }
+  __device__ WeightTile at(uint32_t) const { return WeightTile{}; }
+};
 template <class Payload>
-__device__ uint32_t gpu_tile_count(const Payload&, const TensorTable&) {
-  return 0;
-}
-template <class Payload>
-__device__ WeightTile gpu_tile(const Payload&, const TensorTable&, uint32_t) {
-  return WeightTile{};
+__device__ NoTiles gpu_tiles(const Payload&, const TensorTable&) {
+  return {};
 }
 
 // Scratch shared memory of ops that declare none: a few reduction slots.

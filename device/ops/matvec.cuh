@@ -18,65 +18,61 @@ inline uint32_t gpu_shared_bytes(const schedule::MatvecPayload& p) {
 // while a row fits a stage, else each row in stage-sized pieces. A segment is (weight, its
 // first row, rows, accumulator row); accumulator rows are output row - row_begin, plus `rows`
 // for silu_mul's up projection. Tiles are addressed by index so that a warp can go straight
-// to its own (a generator walked by every warp cost a division and spills per tile).
-struct MatvecSegment {
-  const uint16_t* weight;
-  uint32_t first_row, rows, acc_row;
+// to its own (a generator walked by every warp cost a division and spills per tile), from a
+// description built once per instruction (rebuilt per tile, its loads slowed the producer).
+// Segments sit at the index of their weight (silu_mul: gate 0, up 1), empty ones with no
+// tiles, and are only ever indexed by constants: a run-time index would put them in local memory.
+struct MatvecTiles {
+  struct Segment {
+    const uint16_t* weight;  // at the segment's first row
+    uint32_t rows, acc_row, tiles;
+  };
+  Segment seg[3];
+  uint32_t cols, per;  // per: rows per whole-row tile, 0 when rows are cut into pieces
+  uint32_t pieces;     // pieces per row when rows are cut
+
+  __device__ uint32_t count() const { return seg[0].tiles + seg[1].tiles + seg[2].tiles; }
+
+  __device__ WeightTile at(uint32_t j) const {
+    Segment s = seg[0];
+    if (j >= seg[0].tiles) {
+      j -= seg[0].tiles;
+      s = seg[1];
+      if (j >= seg[1].tiles) {
+        j -= seg[1].tiles;
+        s = seg[2];
+      }
+    }
+    if (per) {
+      const uint32_t r = j * per, rows = min(per, s.rows - r);
+      return WeightTile{s.weight + uint64_t{r} * cols, rows * cols * 2, s.acc_row + r, rows, 0, cols};
+    }
+    const uint32_t piece = kStageBytes / 2, r = j / pieces, c = j % pieces * piece, n = min(piece, cols - c);
+    return WeightTile{s.weight + uint64_t{r} * cols + c, n * 2, s.acc_row + r, 1, c, n};
+  }
 };
 
-__device__ __forceinline__ uint32_t matvec_segments(const schedule::MatvecPayload& p, const TensorTable& mem,
-                                                    MatvecSegment (&seg)[3]) {
+__device__ inline MatvecTiles gpu_tiles(const schedule::MatvecPayload& p, const TensorTable& mem) {
+  MatvecTiles t;
+  t.cols = p.cols;
+  t.per = p.cols * 2 <= kStageBytes ? kStageBytes / (p.cols * 2) : 0;
+  t.pieces = t.per ? 1 : (p.cols * 2 + kStageBytes - 1) / kStageBytes;
+  const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
   const uint32_t rows = p.row_end - p.row_begin;
-  if (p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul)) {
-    seg[0] = {mem.at<const uint16_t>(p.weight[0]), p.row_begin, rows, 0};
-    seg[1] = {mem.at<const uint16_t>(p.weight[1]), p.row_begin, rows, rows};
-    return 2;
+  uint32_t first = 0;
+#pragma unroll
+  for (uint32_t i = 0; i < 3; ++i) {
+    // silu_mul: gate and up, each over the task's rows; else the concatenation's overlap.
+    const uint32_t end = silu ? p.row_end : i < p.weight_count ? p.weight_row_end[i] : first;
+    const uint32_t a = silu ? p.row_begin : max(first, p.row_begin), b = silu ? (i < 2 ? p.row_end : a) : min(end, p.row_end);
+    const uint32_t n = a < b ? b - a : 0;
+    t.seg[i].weight = n ? mem.at<const uint16_t>(p.weight[i]) + uint64_t{silu ? a : a - first} * p.cols : nullptr;
+    t.seg[i].rows = n;
+    t.seg[i].acc_row = silu ? i * rows : a - p.row_begin;
+    t.seg[i].tiles = t.per ? (n + t.per - 1) / t.per : n * t.pieces;
+    if (!silu) first = end;
   }
-  uint32_t n = 0, first = 0;
-  for (uint32_t i = 0; i < p.weight_count && i < 3; ++i) {
-    const uint32_t end = p.weight_row_end[i];
-    const uint32_t a = max(first, p.row_begin), b = min(end, p.row_end);
-    if (a < b) seg[n++] = {mem.at<const uint16_t>(p.weight[i]), a - first, b - a, a - p.row_begin};
-    first = end;
-  }
-  return n;
-}
-
-// Rows per whole-row tile, or 0 when a row is cut into pieces of kStageBytes.
-__device__ __forceinline__ uint32_t matvec_rows_per_tile(uint32_t cols) {
-  return cols * 2 <= kStageBytes ? kStageBytes / (cols * 2) : 0;
-}
-
-__device__ __forceinline__ uint32_t matvec_segment_tiles(const MatvecSegment& s, uint32_t cols) {
-  const uint32_t per = matvec_rows_per_tile(cols);
-  return per ? (s.rows + per - 1) / per : s.rows * ((cols * 2 + kStageBytes - 1) / kStageBytes);
-}
-
-__device__ inline uint32_t gpu_tile_count(const schedule::MatvecPayload& p, const TensorTable& mem) {
-  MatvecSegment seg[3];
-  const uint32_t n = matvec_segments(p, mem, seg);
-  uint32_t tiles = 0;
-  for (uint32_t i = 0; i < n; ++i) tiles += matvec_segment_tiles(seg[i], p.cols);
-  return tiles;
-}
-
-__device__ inline WeightTile gpu_tile(const schedule::MatvecPayload& p, const TensorTable& mem, uint32_t j) {
-  MatvecSegment seg[3];
-  const uint32_t n = matvec_segments(p, mem, seg), cols = p.cols, per = matvec_rows_per_tile(cols);
-  uint32_t i = 0;
-  for (; i + 1 < n; ++i) {
-    const uint32_t t = matvec_segment_tiles(seg[i], cols);
-    if (j < t) break;
-    j -= t;
-  }
-  const MatvecSegment& s = seg[i];
-  if (per) {
-    const uint32_t r = j * per, rows = min(per, s.rows - r);
-    return WeightTile{s.weight + uint64_t{s.first_row + r} * cols, rows * cols * 2, s.acc_row + r, rows, 0, cols};
-  }
-  const uint32_t piece = kStageBytes / 2, pieces = (cols + piece - 1) / piece;
-  const uint32_t r = j / pieces, c = j % pieces * piece, n_cols = min(piece, cols - c);
-  return WeightTile{s.weight + uint64_t{s.first_row + r} * cols + c, n_cols * 2, s.acc_row + r, 1, c, n_cols};
+  return t;
 }
 
 namespace detail {
@@ -182,13 +178,14 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
   // Tile j of this task is tile next_tile + j of the launch: ring stage (next_tile + j) % count.
   // The `share` warps of a stage take its tiles in turn, each a slice of every tile's columns.
   WeightRing& ring = bc.ring;
-  const uint32_t tiles = gpu_tile_count(p, mem), count = ring.count, h = warp / count;
+  const MatvecTiles all = gpu_tiles(p, mem);
+  const uint32_t tiles = all.count(), count = ring.count, h = warp / count;
   if (h < ring.share) {
     const uint32_t stage = warp % count;
     uint32_t j = (stage + count - ring.next_tile % count) % count;  // my first tile
     uint32_t parity = ((ring.next_tile + j) / count) & 1;
     for (; j < tiles; j += count, parity ^= 1) {
-      const WeightTile t = gpu_tile(p, mem, j);
+      const WeightTile t = all.at(j);
       mbar_wait(ring.full + stage, parity);
       detail::consume_tile(t, reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes), xlo, xhi, h, ring.share,
                            acc);
