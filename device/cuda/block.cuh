@@ -7,7 +7,10 @@
 
 namespace mk::device {
 
-inline constexpr uint32_t kBlockThreads = 1024;
+// 512 threads leave 128 registers per thread: with 1024 (64 registers) the interpreter spilled
+// its loop state and the matvec input to local memory, which missed the small L1 beside the
+// ring (Llama-3.2-1B 1413 -> 1229 us, Llama-3.1-8B 5518 -> 5097 us; bench/NOTES.md).
+inline constexpr uint32_t kBlockThreads = 512;
 inline constexpr uint32_t kWarps = kBlockThreads / 32 - 1;  // compute warps
 inline constexpr uint32_t kThreads = kWarps * 32;           // compute threads
 

@@ -117,12 +117,16 @@ __device__ __noinline__ void attend_positions(const schedule::AttentionPayload& 
 // One unit (kv head g, split s) at a time: q heads normed and roped into shared memory, the
 // current k and v rounded to bf16 (and appended to the cache by the last split), then
 // attend_positions over the split's positions, then the warps' partials merged.
-// Its own function: inlined into the interpreter, its register pressure made every op spill.
-__device__ __noinline__ void gpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
-                               BlockContext& bc) {
+namespace detail {
+
+// Out of line, and given nothing by reference that the interpreter keeps in registers: inlined,
+// its register pressure made every op spill; given the block context by reference, the ring's
+// fields moved to local memory for every op.
+__device__ __noinline__ void attention_body(const schedule::AttentionPayload& p, schedule::StepContext ctx, TensorTable mem,
+                                            unsigned char* scratch) {
   const uint32_t hd = p.head_dim, half = hd / 2, rep = p.heads / p.kv_heads, S = p.kv_splits;
   const uint32_t tid = threadIdx.x, warp = tid / 32;
-  float* cs = reinterpret_cast<float*>(bc.scratch);  // cos [half], sin [half]
+  float* cs = reinterpret_cast<float*>(scratch);  // cos [half], sin [half]
   float* q = cs + hd;                          // [rep][hd]
   float* kcur = q + rep * hd;
   float* vcur = kcur + hd;
@@ -203,6 +207,13 @@ __device__ __noinline__ void gpu_run(const schedule::AttentionPayload& p, const 
       out[((uint64_t{g} * S + s) * rep + r) * (hd + 2) + e] = value;
     }
   }
+}
+
+}  // namespace detail
+
+__device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
+                               BlockContext& bc) {
+  detail::attention_body(p, ctx, mem, bc.scratch);
 }
 
 }  // namespace mk::device
