@@ -124,8 +124,9 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring) {
       if (!first_round)
         while (!mbar_try_wait(ring.empty + stage, parity))
           if (aborted()) return false;
-      mbar_expect_bytes(ring.full + stage, t.bytes);
+      mbar_expect_bytes(ring.full + stage, t.src2 ? 2 * t.bytes : t.bytes);
       bulk_copy(ring.stages + stage * kStageBytes, t.src, t.bytes, ring.full + stage);
+      if (t.src2) bulk_copy(ring.stages + stage * kStageBytes + t.offset2, t.src2, t.bytes, ring.full + stage);
       if (++stage == ring.count) stage = 0, parity ^= 1, first_round = false;
     }
     return true;
@@ -136,7 +137,7 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring) {
     switch (static_cast<schedule::Opcode>(inst.opcode)) {
 #define MK_OP(name, code, payload)                                                  \
   case schedule::Opcode::name:                                                      \
-    ok = stream(gpu_tiles(schedule::payload_as<schedule::payload>(inst), p.tensors)); \
+    ok = stream(gpu_tiles(schedule::payload_as<schedule::payload>(inst), p.ctx, p.tensors)); \
     break;
 #include "schedules/op_table.def"
 #undef MK_OP
@@ -276,7 +277,8 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   // Scratch for the op bodies, then as many ring stages as the rest of shared memory holds.
   const uint32_t static_bytes = 1024;  // instruction copy, barriers, flags
   const uint32_t room = static_cast<uint32_t>(prop.sharedMemPerBlockOptin) - static_bytes;
-  st_->stages = std::min(kMaxStages, room > st_->shared ? (room - st_->shared) / kStageBytes : 0u);
+  // At most one stage per compute warp: each stage has its consumer warps.
+  st_->stages = std::min({kMaxStages, kWarps, room > st_->shared ? (room - st_->shared) / kStageBytes : 0u});
   if (st_->stages < 2)
     throw CudaError("the schedule needs " + std::to_string(st_->shared) +
                     " bytes of scratch shared memory per block, too much to leave room for the weight ring");

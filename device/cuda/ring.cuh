@@ -21,6 +21,8 @@ struct WeightTile {
   uint32_t bytes;
   uint32_t acc_row;
   uint32_t rows, col0, cols;
+  const uint16_t* src2;  // optional: as many bytes more, to offset2 in the stage (v beside k)
+  uint32_t offset2;
 };
 
 struct WeightRing {
@@ -96,7 +98,7 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                : "memory");
 }
 
-// An op that streams weights through the ring defines gpu_tiles(payload, mem): an object with
+// An op that streams weights through the ring defines gpu_tiles(payload, ctx, mem): an object with
 // count() and at(j) -> WeightTile, its tiles in the order it consumes them, built once per
 // instruction. Ops that stream none get this one.
 struct NoTiles {
@@ -104,7 +106,7 @@ struct NoTiles {
   __device__ WeightTile at(uint32_t) const { return WeightTile{}; }
 };
 template <class Payload>
-__device__ NoTiles gpu_tiles(const Payload&, const TensorTable&) {
+__device__ NoTiles gpu_tiles(const Payload&, const schedule::StepContext&, const TensorTable&) {
   return {};
 }
 

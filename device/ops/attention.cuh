@@ -8,10 +8,55 @@
 
 namespace mk::device {
 
-// Shared memory: cos/sin, q heads, current k and v, then per-warp partials.
+// The KV cache of earlier positions does not depend on this step, so it streams through the
+// weight ring like weights, ahead of the waits: a tile holds kAttnTilePositions(hd) positions
+// of k (first half of the stage) and of v (second half). The current position comes from qkv.
+__device__ __host__ inline uint32_t attention_tile_positions(uint32_t hd) { return kStageBytes / 4 / hd; }
+
+// Positions [begin, end) of split s at this step (the current position excluded).
+struct AttentionSplit {
+  uint32_t begin, end;
+};
+__device__ inline AttentionSplit attention_split(uint32_t s, uint32_t S, uint32_t pos) {
+  const uint32_t chunk = (pos + S - 1) / S;
+  return {min(pos, s * chunk), min(pos, (s + 1) * chunk)};
+}
+
+struct AttentionTiles {
+  const uint16_t* k;  // the caches
+  const uint16_t* v;
+  uint32_t unit_begin, unit_end, S, pos, max_context, hd, per;
+
+  __device__ uint32_t unit_tiles(uint32_t unit) const {
+    const AttentionSplit sp = attention_split(unit % S, S, pos);
+    return (sp.end - sp.begin + per - 1) / per;
+  }
+  __device__ uint32_t count() const {
+    uint32_t n = 0;
+    for (uint32_t u = unit_begin; u < unit_end; ++u) n += unit_tiles(u);
+    return n;
+  }
+  __device__ WeightTile at(uint32_t j) const {
+    uint32_t u = unit_begin;
+    for (; u + 1 < unit_end && j >= unit_tiles(u); ++u) j -= unit_tiles(u);
+    const AttentionSplit sp = attention_split(u % S, S, pos);
+    const uint32_t first = sp.begin + j * per, n = min(per, sp.end - first);
+    const uint64_t row = (uint64_t{u / S} * max_context + first) * hd;
+    return WeightTile{k + row, n * hd * 2, 0, n, 0, hd, v + row, kStageBytes / 2};
+  }
+};
+
+__device__ inline AttentionTiles gpu_tiles(const schedule::AttentionPayload& p, const schedule::StepContext& ctx,
+                                           const TensorTable& mem) {
+  return {mem.at<const uint16_t>(p.k_cache), mem.at<const uint16_t>(p.v_cache), p.unit_begin, p.unit_end, p.kv_splits,
+          ctx.pos, ctx.max_context, p.head_dim, attention_tile_positions(p.head_dim)};
+}
+
+// Shared memory: cos/sin, q heads, current k and v (f32 and bf16), scores [rep][tile], and the
+// softmax state m, l and the rescale factor per q head.
 inline uint32_t gpu_shared_bytes(const schedule::AttentionPayload& p) {
   const uint32_t hd = p.head_dim, rep = p.heads / p.kv_heads;
-  return (hd + rep * hd + 2 * hd + hd + kWarps * rep * (hd + 2)) * 4;
+  return (hd + rep * hd + 2 * hd + hd + rep * attention_tile_positions(hd) + 3 * rep) * 4 + 64;
 }
 
 namespace detail {
@@ -25,122 +70,120 @@ __device__ inline void warp_rms_norm(float* v, const uint16_t* w, uint32_t n, fl
   for (uint32_t i = threadIdx.x % 32; i < n; i += 32) v[i] = v[i] * inv * bf16_to_f32(w[i]);
 }
 
-// Lanes work in groups of hd/4 (rounded up to a power of two), one position per group, each
-// lane holding 4 elements of k, v and of the REP accumulators (8-byte loads: with 1024 threads
-// a lane has 64 registers, and 8 elements per lane spilled). A warp covers 32/group positions
-// per step and keeps the next step's k and v in flight. Online softmax per q head; the
-// groups of a warp are merged with shuffles, the result goes to part[warp].
-template <uint32_t REP>
-__device__ __noinline__ void attend_positions(const schedule::AttentionPayload& p, const float* q, const uint16_t* k_head,
-                                              const uint16_t* v_head, const uint16_t* kcur16, const uint16_t* vcur16,
-                                              uint32_t begin, uint32_t stop, bool last, float* part) {
-  constexpr uint32_t kDepth = 2;  // steps of k and v in flight
-  const uint32_t hd = p.head_dim, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const uint32_t group_lanes = hd / 4;
-  uint32_t width = 1;
-  while (width < group_lanes) width *= 2;
-  const uint32_t per_step = 32 / width, group = lane / width, sub = lane % width, e0 = sub * 4;
-  const bool active = sub < group_lanes;
-  const uint32_t current = stop - 1;  // meaningful when last
-  float acc[REP][4], m[REP], l[REP];
+inline constexpr uint32_t kMaxPairsPerThread = (schedule::kMaxGroup * schedule::kMaxHeadDim / 2 + kThreads - 1) / kThreads;
+
+// Online softmax over the rep q heads of one kv group, a block of positions at a time: scores
+// (a warp per position, lanes across the head), then per head the running max and sum (a warp
+// per head), then the outputs (a thread per pair of output elements, kept in registers).
+struct GroupSoftmax {
+  const float* q;  // [rep][hd], normed and roped
+  float* score;    // [rep][per]
+  float* m;        // [rep] running max, then [rep] sum, then [rep] rescale factor
+  uint32_t rep, hd, per;
+  float scale;
+  float acc[kMaxPairsPerThread][2];
+
+  __device__ void reset() {
 #pragma unroll
-  for (uint32_t r = 0; r < REP; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0;
-#pragma unroll
-    for (uint32_t j = 0; j < 4; ++j) acc[r][j] = 0;
+    for (uint32_t k = 0; k < kMaxPairsPerThread; ++k) acc[k][0] = acc[k][1] = 0;
+    for (uint32_t r = threadIdx.x; r < rep; r += kThreads) m[r] = -INFINITY, m[rep + r] = 0;
   }
-  auto fetch = [&](uint32_t pos, uint2& kr, uint2& vr) {
-    kr = vr = make_uint2(0, 0);
-    if (!active || pos >= stop) return;
-    if (last && pos == current) {
-      kr = *reinterpret_cast<const uint2*>(kcur16 + e0);
-      vr = *reinterpret_cast<const uint2*>(vcur16 + e0);
-    } else {  // written by earlier launches only: the read-only path is safe
-      kr = __ldg(reinterpret_cast<const uint2*>(k_head + uint64_t{pos} * hd + e0));
-      vr = __ldg(reinterpret_cast<const uint2*>(v_head + uint64_t{pos} * hd + e0));
-    }
-  };
-  const uint32_t stride = kWarps * per_step;
-  const uint32_t first = begin + warp * per_step + group;
-  uint2 kq[kDepth], vq[kDepth];
-#pragma unroll
-  for (uint32_t d = 0; d < kDepth; ++d) fetch(first + d * stride, kq[d], vq[d]);
-  uint32_t pos = first;
-  for (uint32_t base = begin + warp * per_step; base < stop; base += stride, pos += stride) {
-    const uint2 kr = kq[0], vr = vq[0];
-#pragma unroll
-    for (uint32_t d = 0; d + 1 < kDepth; ++d) kq[d] = kq[d + 1], vq[d] = vq[d + 1];
-    fetch(pos + kDepth * stride, kq[kDepth - 1], vq[kDepth - 1]);
-    const bool valid = active && pos < stop;
-    const float v[4] = {bf16_lo(vr.x), bf16_hi(vr.x), bf16_lo(vr.y), bf16_hi(vr.y)};
-#pragma unroll
-    for (uint32_t r = 0; r < REP; ++r) {
-      const float4 qv = *reinterpret_cast<const float4*>(q + r * hd + e0);
-      float dot = active ? bf16_lo(kr.x) * qv.x + bf16_hi(kr.x) * qv.y + bf16_lo(kr.y) * qv.z + bf16_hi(kr.y) * qv.w : 0.0f;
-      for (uint32_t o = width / 2; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-      if (valid) {
-        const float score = dot * p.scale;
-        const float m_new = fmaxf(m[r], score);
-        const float correction = expf(m[r] - m_new), w = expf(score - m_new);
-#pragma unroll
-        for (uint32_t j = 0; j < 4; ++j) acc[r][j] = acc[r][j] * correction + w * v[j];
-        l[r] = l[r] * correction + w;
-        m[r] = m_new;
+
+  // Positions [0, n) of k and v rows (bf16 [n][hd]); every compute thread calls this.
+  __device__ void add(const uint16_t* k, const uint16_t* v, uint32_t n) {
+    const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (uint32_t pos = warp; pos < n; pos += kWarps) {
+      const uint32_t* row = reinterpret_cast<const uint32_t*>(k + pos * hd);
+      for (uint32_t r = 0; r < rep; ++r) {
+        const float2* qr = reinterpret_cast<const float2*>(q + r * hd);
+        float dot = 0;
+        for (uint32_t e = lane; e < hd / 2; e += 32) {
+          const uint32_t kk = row[e];
+          const float2 qq = qr[e];
+          dot = fmaf(bf16_lo(kk), qq.x, fmaf(bf16_hi(kk), qq.y, dot));
+        }
+        dot = warp_sum(dot);
+        if (lane == 0) score[r * per + pos] = dot * scale;
       }
     }
-  }
-  // Merge the groups of this warp (lanes with the same sub hold the same elements).
+    block_sync();
+    if (warp < rep) {  // warp r: the running max and sum of head r
+      const uint32_t r = warp;
+      float mx = -INFINITY;
+      for (uint32_t i = lane; i < n; i += 32) mx = fmaxf(mx, score[r * per + i]);
 #pragma unroll
-  for (uint32_t r = 0; r < REP; ++r) {
-    float M = m[r];
-    for (uint32_t o = width; o < 32; o *= 2) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-    const float f = m[r] == -INFINITY ? 0.0f : expf(m[r] - M);
-    float lsum = l[r] * f;
-    for (uint32_t o = width; o < 32; o *= 2) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
-#pragma unroll
-    for (uint32_t j = 0; j < 4; ++j) {
-      float a = acc[r][j] * f;
-      for (uint32_t o = width; o < 32; o *= 2) a += __shfl_xor_sync(0xffffffffu, a, o);
-      acc[r][j] = a;
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_old = m[r], m_new = fmaxf(m_old, mx);
+      float sum = 0;
+      for (uint32_t i = lane; i < n; i += 32) {
+        const float e = expf(score[r * per + i] - m_new);
+        score[r * per + i] = e;
+        sum += e;
+      }
+      sum = warp_sum(sum);
+      if (lane == 0) {
+        const float c = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+        m[r] = m_new;
+        m[rep + r] = m[rep + r] * c + sum;
+        m[2 * rep + r] = c;
+      }
     }
-    float* mine = part + (warp * REP + r) * (hd + 2);
-    if (group == 0 && active)
+    block_sync();
+    const uint32_t pairs = rep * hd / 2;
 #pragma unroll
-      for (uint32_t j = 0; j < 4; ++j) mine[e0 + j] = acc[r][j];
-    if (lane == 0) mine[hd] = M, mine[hd + 1] = lsum;
+    for (uint32_t k = 0; k < kMaxPairsPerThread; ++k) {
+      const uint32_t o = threadIdx.x + k * kThreads;
+      if (o >= pairs) break;
+      const uint32_t r = o / (hd / 2), e = o % (hd / 2);
+      const float* pr = score + r * per;
+      const uint32_t* vcol = reinterpret_cast<const uint32_t*>(v) + e;
+      float a0 = acc[k][0] * m[2 * rep + r], a1 = acc[k][1] * m[2 * rep + r];
+      for (uint32_t i = 0; i < n; ++i) {
+        const uint32_t vv = vcol[i * (hd / 2)];
+        a0 = fmaf(pr[i], bf16_lo(vv), a0);
+        a1 = fmaf(pr[i], bf16_hi(vv), a1);
+      }
+      acc[k][0] = a0, acc[k][1] = a1;
+    }
   }
-}
 
-}  // namespace detail
-
-// One unit (kv head g, split s) at a time: q heads normed and roped into shared memory, the
-// current k and v rounded to bf16 (and appended to the cache by the last split), then
-// attend_positions over the split's positions, then the warps' partials merged.
-namespace detail {
+  // The partial: out[r] = (acc [hd], m, l), rows of hd + 2.
+  __device__ void write(float* out) const {
+    const uint32_t pairs = rep * hd / 2;
+#pragma unroll
+    for (uint32_t k = 0; k < kMaxPairsPerThread; ++k) {
+      const uint32_t o = threadIdx.x + k * kThreads;
+      if (o >= pairs) break;
+      const uint32_t r = o / (hd / 2), e = o % (hd / 2);
+      out[r * (hd + 2) + 2 * e] = acc[k][0];
+      out[r * (hd + 2) + 2 * e + 1] = acc[k][1];
+    }
+    for (uint32_t r = threadIdx.x; r < rep; r += kThreads) out[r * (hd + 2) + hd] = m[r], out[r * (hd + 2) + hd + 1] = m[rep + r];
+  }
+};
 
 // Out of line, and given nothing by reference that the interpreter keeps in registers: inlined,
 // its register pressure made every op spill; given the block context by reference, the ring's
-// fields moved to local memory for every op.
-__device__ __noinline__ void attention_body(const schedule::AttentionPayload& p, schedule::StepContext ctx, TensorTable mem,
-                                            unsigned char* scratch) {
+// fields moved to local memory for every op. Returns the ring's tile counter after its tiles.
+__device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload& p, schedule::StepContext ctx,
+                                                TensorTable mem, unsigned char* scratch, WeightRing ring) {
   const uint32_t hd = p.head_dim, half = hd / 2, rep = p.heads / p.kv_heads, S = p.kv_splits;
-  const uint32_t tid = threadIdx.x, warp = tid / 32;
+  const uint32_t tid = threadIdx.x, warp = tid / 32, per = attention_tile_positions(hd);
   float* cs = reinterpret_cast<float*>(scratch);  // cos [half], sin [half]
-  float* q = cs + hd;                          // [rep][hd]
+  float* q = cs + hd;                             // [rep][hd]
   float* kcur = q + rep * hd;
   float* vcur = kcur + hd;
   uint16_t* kcur16 = reinterpret_cast<uint16_t*>(vcur + hd);  // the current k and v as stored
   uint16_t* vcur16 = kcur16 + hd;
-  float* part = reinterpret_cast<float*>(vcur16 + hd);  // [kWarps][rep][hd + 2]
-  for (uint32_t i = tid; i < half; i += kThreads) {
-    sincosf(rope_angle(p, i, ctx.pos), cs + half + i, cs + i);
-  }
+  float* score = reinterpret_cast<float*>(vcur16 + hd);  // [rep][per]
+  float* state = score + rep * per;                      // [3][rep]
+  for (uint32_t i = tid; i < half; i += kThreads) sincosf(rope_angle(p, i, ctx.pos), cs + half + i, cs + i);
   const float* qkv = mem.at<const float>(p.qkv);
   uint16_t* kc = mem.at<uint16_t>(p.k_cache);
   uint16_t* vc = mem.at<uint16_t>(p.v_cache);
   float* out = mem.at<float>(p.out);
-  const uint32_t chunk = (ctx.pos + S - 1) / S;
+  GroupSoftmax sm{q, score, state, rep, hd, per, p.scale, {}};
+  uint32_t tile = ring.next_tile;
 
   for (uint32_t unit = p.unit_begin; unit < p.unit_end; ++unit) {
     const uint32_t g = unit / S, s = unit % S;
@@ -153,11 +196,10 @@ __device__ __noinline__ void attention_body(const schedule::AttentionPayload& p,
                                                  : (p.heads + p.kv_heads + g) * hd + i - (rep + 1) * hd;
       q[i] = load_activation(qkv + from);
     }
+    sm.reset();
     block_sync();
-    if (warp < rep && p.q_norm != schedule::kNone)
-      detail::warp_rms_norm(q + warp * hd, mem.at<const uint16_t>(p.q_norm), hd, p.norm_eps);
-    if (warp == rep && p.k_norm != schedule::kNone)
-      detail::warp_rms_norm(kcur, mem.at<const uint16_t>(p.k_norm), hd, p.norm_eps);
+    if (warp < rep && p.q_norm != schedule::kNone) warp_rms_norm(q + warp * hd, mem.at<const uint16_t>(p.q_norm), hd, p.norm_eps);
+    if (warp == rep && p.k_norm != schedule::kNone) warp_rms_norm(kcur, mem.at<const uint16_t>(p.k_norm), hd, p.norm_eps);
     block_sync();
     for (uint32_t i = tid; i < (rep + 1) * half; i += kThreads) {  // RoPE, HF rotate_half pairs
       float* v = i < rep * half ? q + (i / half) * hd : kcur;
@@ -179,41 +221,29 @@ __device__ __noinline__ void attention_body(const schedule::AttentionPayload& p,
     }
     block_sync();
 
-    const uint32_t begin = min(ctx.pos, s * chunk), end = min(ctx.pos, (s + 1) * chunk);
-    const uint32_t stop = last ? end + 1 : end;  // the last split also takes the current position
-    const uint16_t* k_head = kc + head_base;
-    const uint16_t* v_head = vc + head_base;
-    switch (rep) {
-      case 1: detail::attend_positions<1>(p, q, k_head, v_head, kcur16, vcur16, begin, stop, last, part); break;
-      case 2: detail::attend_positions<2>(p, q, k_head, v_head, kcur16, vcur16, begin, stop, last, part); break;
-      case 4: detail::attend_positions<4>(p, q, k_head, v_head, kcur16, vcur16, begin, stop, last, part); break;
-      default: detail::attend_positions<8>(p, q, k_head, v_head, kcur16, vcur16, begin, stop, last, part); break;
+    const AttentionSplit sp = attention_split(s, S, ctx.pos);
+    for (uint32_t first = sp.begin; first < sp.end; first += per, ++tile) {
+      const uint32_t stage = tile % ring.count;
+      mbar_wait(ring.full + stage, (tile / ring.count) & 1);
+      const uint16_t* k = reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes);
+      sm.add(k, k + kStageBytes / 4, min(per, sp.end - first));
+      block_sync();  // every thread is done with the stage
+      if (warp % ring.count == stage && warp / ring.count < ring.share && tid % 32 == 0) mbar_arrive(ring.empty + stage);
     }
+    if (last) sm.add(kcur16, vcur16, 1);
     block_sync();
-    // Merge the warps: out = (sum_w e^(m_w - M) acc_w, M, sum_w e^(m_w - M) l_w).
-    for (uint32_t i = tid; i < rep * (hd + 2); i += kThreads) {
-      const uint32_t r = i / (hd + 2), e = i % (hd + 2);
-      float M = -INFINITY;
-      for (uint32_t w = 0; w < kWarps; ++w) M = fmaxf(M, part[(w * rep + r) * (hd + 2) + hd]);
-      float value = M;
-      if (e != hd) {
-        value = 0;
-        if (M != -INFINITY)
-          for (uint32_t w = 0; w < kWarps; ++w) {
-            const float* other = part + (w * rep + r) * (hd + 2);
-            if (other[hd] != -INFINITY) value += expf(other[hd] - M) * other[e];
-          }
-      }
-      out[((uint64_t{g} * S + s) * rep + r) * (hd + 2) + e] = value;
-    }
+    sm.write(out + (uint64_t{g} * S + s) * rep * (hd + 2));
   }
+  return tile;
 }
 
 }  // namespace detail
 
 __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                BlockContext& bc) {
-  detail::attention_body(p, ctx, mem, bc.scratch);
+  const uint32_t before = bc.ring.next_tile;
+  bc.ring.next_tile = detail::attention_body(p, ctx, mem, bc.scratch, bc.ring);
+  if (bc.ring.next_tile != before) bc.ring.hush();
 }
 
 }  // namespace mk::device

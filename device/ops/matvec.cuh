@@ -52,7 +52,7 @@ struct MatvecTiles {
   }
 };
 
-__device__ inline MatvecTiles gpu_tiles(const schedule::MatvecPayload& p, const TensorTable& mem) {
+__device__ inline MatvecTiles gpu_tiles(const schedule::MatvecPayload& p, const schedule::StepContext&, const TensorTable& mem) {
   MatvecTiles t;
   t.cols = p.cols;
   t.per = p.cols * 2 <= kStageBytes ? kStageBytes / (p.cols * 2) : 0;
@@ -124,7 +124,7 @@ __device__ __forceinline__ void consume_tile(const WeightTile& t, const uint16_t
 // consume its tiles, each a slice of the columns, adding into shared accumulators. The norm
 // is folded in: x is held as in * norm_weight, and the sum of squares scales the finished
 // rows, so no barrier stands between the input load and the first tile.
-__device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule::StepContext&, const TensorTable& mem,
+__device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                BlockContext& bc) {
   const uint32_t cols = p.cols, rows = p.row_end - p.row_begin, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
@@ -178,7 +178,7 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
   // Tile j of this task is tile next_tile + j of the launch: ring stage (next_tile + j) % count.
   // The `share` warps of a stage take its tiles in turn, each a slice of every tile's columns.
   WeightRing& ring = bc.ring;
-  const MatvecTiles all = gpu_tiles(p, mem);
+  const MatvecTiles all = gpu_tiles(p, ctx, mem);
   const uint32_t tiles = all.count(), count = ring.count, h = warp / count;
   if (h < ring.share) {
     const uint32_t stage = warp % count;
