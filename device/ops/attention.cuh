@@ -54,9 +54,11 @@ __device__ inline AttentionTiles gpu_tiles(const schedule::AttentionPayload& p, 
 
 // Shared memory: cos/sin, q heads, current k and v (f32 and bf16), scores [rep][tile], and the
 // softmax state m, l and the rescale factor per q head.
+inline constexpr uint32_t kAttnBatchTiles = 4;  // ring tiles taken per softmax update
+
 inline uint32_t gpu_shared_bytes(const schedule::AttentionPayload& p) {
   const uint32_t hd = p.head_dim, rep = p.heads / p.kv_heads;
-  return (hd + rep * hd + 2 * hd + hd + rep * attention_tile_positions(hd) + 3 * rep) * 4 + 64;
+  return (hd + rep * hd + 2 * hd + hd + rep * kAttnBatchTiles * attention_tile_positions(hd) + 3 * rep) * 4 + 64;
 }
 
 namespace detail {
@@ -77,7 +79,7 @@ inline constexpr uint32_t kMaxPairsPerThread = (schedule::kMaxGroup * schedule::
 // per head), then the outputs (a thread per pair of output elements, kept in registers).
 struct GroupSoftmax {
   const float* q;  // [rep][hd], normed and roped
-  float* score;    // [rep][per]
+  float* score;    // [rep][kAttnBatchTiles * per]
   float* m;        // [rep] running max, then [rep] sum, then [rep] rescale factor
   uint32_t rep, hd, per;
   float scale;
@@ -89,35 +91,41 @@ struct GroupSoftmax {
     for (uint32_t r = threadIdx.x; r < rep; r += kThreads) m[r] = -INFINITY, m[rep + r] = 0;
   }
 
-  // Positions [0, n) of k and v rows (bf16 [n][hd]); every compute thread calls this.
-  __device__ void add(const uint16_t* k, const uint16_t* v, uint32_t n) {
+  // A batch of up to kAttnBatchTiles blocks of positions: block b has n[b] k and v rows (bf16
+  // [n][hd]) at k[b], v[b]; one softmax update for the batch. Every compute thread calls this.
+  __device__ void add(const uint16_t* const* k, const uint16_t* const* v, const uint32_t* n, uint32_t blocks) {
     const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (uint32_t pos = warp; pos < n; pos += kWarps) {
-      const uint32_t* row = reinterpret_cast<const uint32_t*>(k + pos * hd);
-      for (uint32_t r = 0; r < rep; ++r) {
-        const float2* qr = reinterpret_cast<const float2*>(q + r * hd);
-        float dot = 0;
-        for (uint32_t e = lane; e < hd / 2; e += 32) {
-          const uint32_t kk = row[e];
-          const float2 qq = qr[e];
-          dot = fmaf(bf16_lo(kk), qq.x, fmaf(bf16_hi(kk), qq.y, dot));
+    uint32_t total = 0;
+    for (uint32_t b = 0; b < blocks; ++b) {
+      for (uint32_t pos = warp; pos < n[b]; pos += kWarps) {
+        const uint32_t* row = reinterpret_cast<const uint32_t*>(k[b] + pos * hd);
+        for (uint32_t r = 0; r < rep; ++r) {
+          const float2* qr = reinterpret_cast<const float2*>(q + r * hd);
+          float dot = 0;
+          for (uint32_t e = lane; e < hd / 2; e += 32) {
+            const uint32_t kk = row[e];
+            const float2 qq = qr[e];
+            dot = fmaf(bf16_lo(kk), qq.x, fmaf(bf16_hi(kk), qq.y, dot));
+          }
+          dot = warp_sum(dot);
+          if (lane == 0) score[r * kAttnBatchTiles * per + total + pos] = dot * scale;
         }
-        dot = warp_sum(dot);
-        if (lane == 0) score[r * per + pos] = dot * scale;
       }
+      total += n[b];
     }
     block_sync();
+    const uint32_t row_stride = kAttnBatchTiles * per;
     if (warp < rep) {  // warp r: the running max and sum of head r
       const uint32_t r = warp;
       float mx = -INFINITY;
-      for (uint32_t i = lane; i < n; i += 32) mx = fmaxf(mx, score[r * per + i]);
+      for (uint32_t i = lane; i < total; i += 32) mx = fmaxf(mx, score[r * row_stride + i]);
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
       const float m_old = m[r], m_new = fmaxf(m_old, mx);
       float sum = 0;
-      for (uint32_t i = lane; i < n; i += 32) {
-        const float e = expf(score[r * per + i] - m_new);
-        score[r * per + i] = e;
+      for (uint32_t i = lane; i < total; i += 32) {
+        const float e = expf(score[r * row_stride + i] - m_new);
+        score[r * row_stride + i] = e;
         sum += e;
       }
       sum = warp_sum(sum);
@@ -131,19 +139,22 @@ struct GroupSoftmax {
     block_sync();
     const uint32_t pairs = rep * hd / 2;
 #pragma unroll
-    for (uint32_t k = 0; k < kMaxPairsPerThread; ++k) {
-      const uint32_t o = threadIdx.x + k * kThreads;
+    for (uint32_t k2 = 0; k2 < kMaxPairsPerThread; ++k2) {
+      const uint32_t o = threadIdx.x + k2 * kThreads;
       if (o >= pairs) break;
       const uint32_t r = o / (hd / 2), e = o % (hd / 2);
-      const float* pr = score + r * per;
-      const uint32_t* vcol = reinterpret_cast<const uint32_t*>(v) + e;
-      float a0 = acc[k][0] * m[2 * rep + r], a1 = acc[k][1] * m[2 * rep + r];
-      for (uint32_t i = 0; i < n; ++i) {
-        const uint32_t vv = vcol[i * (hd / 2)];
-        a0 = fmaf(pr[i], bf16_lo(vv), a0);
-        a1 = fmaf(pr[i], bf16_hi(vv), a1);
+      const float* pr = score + r * row_stride;
+      float a0 = acc[k2][0] * m[2 * rep + r], a1 = acc[k2][1] * m[2 * rep + r];
+      for (uint32_t b = 0; b < blocks; ++b) {
+        const uint32_t* vcol = reinterpret_cast<const uint32_t*>(v[b]) + e;
+        for (uint32_t i = 0; i < n[b]; ++i) {
+          const uint32_t vv = vcol[i * (hd / 2)];
+          a0 = fmaf(pr[i], bf16_lo(vv), a0);
+          a1 = fmaf(pr[i], bf16_hi(vv), a1);
+        }
+        pr += n[b];
       }
-      acc[k][0] = a0, acc[k][1] = a1;
+      acc[k2][0] = a0, acc[k2][1] = a1;
     }
   }
 
@@ -175,8 +186,8 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
   float* vcur = kcur + hd;
   uint16_t* kcur16 = reinterpret_cast<uint16_t*>(vcur + hd);  // the current k and v as stored
   uint16_t* vcur16 = kcur16 + hd;
-  float* score = reinterpret_cast<float*>(vcur16 + hd);  // [rep][per]
-  float* state = score + rep * per;                      // [3][rep]
+  float* score = reinterpret_cast<float*>(vcur16 + hd);  // [rep][kAttnBatchTiles * per]
+  float* state = score + rep * kAttnBatchTiles * per;    // [3][rep]
   for (uint32_t i = tid; i < half; i += kThreads) sincosf(rope_angle(p, i, ctx.pos), cs + half + i, cs + i);
   const float* qkv = mem.at<const float>(p.qkv);
   uint16_t* kc = mem.at<uint16_t>(p.k_cache);
@@ -221,16 +232,34 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
     }
     block_sync();
 
+    // The split's positions in batches of ring tiles, then (last split) the current position.
     const AttentionSplit sp = attention_split(s, S, ctx.pos);
-    for (uint32_t first = sp.begin; first < sp.end; first += per, ++tile) {
-      const uint32_t stage = tile % ring.count;
-      mbar_wait(ring.full + stage, (tile / ring.count) & 1);
-      const uint16_t* k = reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes);
-      sm.add(k, k + kStageBytes / 4, min(per, sp.end - first));
-      block_sync();  // every thread is done with the stage
-      if (warp % ring.count == stage && warp / ring.count < ring.share && tid % 32 == 0) mbar_arrive(ring.empty + stage);
+    const uint32_t batch = min(kAttnBatchTiles, max(1u, ring.count / 2));
+    const uint16_t* kb[kAttnBatchTiles];
+    const uint16_t* vb[kAttnBatchTiles];
+    uint32_t nb[kAttnBatchTiles];
+    for (uint32_t first = sp.begin; first < sp.end;) {
+      uint32_t blocks = 0;
+      for (; blocks < batch && first < sp.end; ++blocks, first += per) {
+        const uint32_t stage = (tile + blocks) % ring.count;
+        mbar_wait(ring.full + stage, ((tile + blocks) / ring.count) & 1);
+        kb[blocks] = reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes);
+        vb[blocks] = kb[blocks] + kStageBytes / 4;
+        nb[blocks] = min(per, sp.end - first);
+      }
+      sm.add(kb, vb, nb, blocks);
+      block_sync();  // every thread is done with the stages
+      for (uint32_t b = 0; b < blocks; ++b, ++tile) {
+        const uint32_t stage = tile % ring.count;
+        if (warp % ring.count == stage && warp / ring.count < ring.share && tid % 32 == 0) mbar_arrive(ring.empty + stage);
+      }
     }
-    if (last) sm.add(kcur16, vcur16, 1);
+    if (last) {
+      const uint16_t* kc1[1] = {kcur16};
+      const uint16_t* vc1[1] = {vcur16};
+      const uint32_t one[1] = {1};
+      sm.add(kc1, vc1, one, 1);
+    }
     block_sync();
     sm.write(out + (uint64_t{g} * S + s) * rep * (hd + 2));
   }
