@@ -32,18 +32,30 @@ class EmulatorBackend : public Backend {
 
   std::string name() const override { return "emulator"; }
 
-  void step(uint32_t token, uint32_t pos) override {
-    if (pos >= opt_.max_context)
-      throw std::invalid_argument("position " + std::to_string(pos) + " is beyond the KV cache (" +
-                                  std::to_string(opt_.max_context) + ")");
-    // Monotonic counters, as on the GPU: zero them before target * generation could wrap.
-    if (uint64_t{generation_ + 1} * max_target_ >= 0xffffffffull) {
-      emulator_.reset_counters();
-      generation_ = 0;
+  void set_tokens(uint32_t first, const std::vector<int32_t>& ids) override {
+    if (uint64_t{first} + ids.size() > history_.size()) throw std::invalid_argument("set_tokens: beyond the token history");
+    std::copy(ids.begin(), ids.end(), history_.begin() + first);
+  }
+
+  void run(uint32_t first, uint32_t count, uint32_t fed_from) override {
+    for (uint32_t pos = first; pos < first + count; ++pos) {
+      if (pos >= opt_.max_context)
+        throw std::invalid_argument("position " + std::to_string(pos) + " is beyond the KV cache (" +
+                                    std::to_string(opt_.max_context) + ")");
+      // Monotonic counters, as on the GPU: zero them before target * generation could wrap.
+      if (uint64_t{generation_ + 1} * max_target_ >= 0xffffffffull) {
+        emulator_.reset_counters();
+        generation_ = 0;
+      }
+      const schedule::StepContext ctx{pos, opt_.max_context, ++generation_, 1, history_.data() + pos,
+                                      pos + 1 >= fed_from ? history_.data() + pos + 1 : nullptr};
+      emulator_.run_step(ctx, {pointers_.data(), static_cast<uint32_t>(pointers_.size())}, opt_.order, opt_.seed + pos);
     }
-    const schedule::StepContext ctx{pos, token, opt_.max_context, ++generation_};
-    emulator_.run_step(ctx, {pointers_.data(), static_cast<uint32_t>(pointers_.size())}, opt_.order,
-                       opt_.seed + pos);
+  }
+
+  std::vector<int32_t> history(uint32_t begin, uint32_t end) override {
+    if (begin > end || end > history_.size()) throw std::invalid_argument("history: beyond the token history");
+    return {history_.begin() + begin, history_.begin() + end};
   }
 
   std::vector<float> logits() override {
@@ -53,18 +65,13 @@ class EmulatorBackend : public Backend {
     return out;
   }
 
-  int32_t next_token() override {
-    int32_t t;
-    std::memcpy(&t, buffers_[s_.token_tensor].data(), sizeof t);
-    return t;
-  }
-
  private:
   const schedule::Schedule& s_;
   RuntimeOptions opt_;
   Emulator emulator_;
   std::vector<std::vector<uint8_t>> buffers_;
   std::vector<void*> pointers_;
+  std::vector<int32_t> history_ = std::vector<int32_t>(opt_.max_context + size_t{1}, -1);
   uint32_t generation_ = 0;
   uint32_t max_target_ = 1;
 };
@@ -87,18 +94,34 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
     throw std::invalid_argument(std::to_string(all_steps) + " steps do not fit a context of " + std::to_string(max_context) +
                                 " positions; raise --max-context");
   const uint32_t steps = static_cast<uint32_t>(all_steps);
+  const uint32_t prompt = static_cast<uint32_t>(opt.prompt.size());
   GenerateResult r;
   const auto start = std::chrono::steady_clock::now();
-  uint32_t token = static_cast<uint32_t>(opt.prompt[0]);
   auto decode_start = start;
-  for (uint32_t pos = 0; pos < steps; ++pos) {
-    if (pos + 1 == opt.prompt.size()) decode_start = std::chrono::steady_clock::now();
-    backend.step(token, pos);
-    const int32_t next = backend.next_token();
+  backend.set_tokens(0, opt.prompt);
+  // Steps [done, done + n): each feeds the next from its own greedy token once past the
+  // prompt, on the backend's side; the host reads the tokens back once per chunk.
+  auto run = [&](uint32_t done, uint32_t n) {
+    backend.run(done, n, prompt);
+    const std::vector<int32_t> fed = backend.history(done + 1, done + n + 1);
     if (opt.keep_logits) r.logits.push_back(backend.logits());
-    if (pos + 1 >= opt.prompt.size()) r.tokens.push_back(next);
-    token = pos + 1 < opt.prompt.size() ? static_cast<uint32_t>(opt.prompt[pos + 1]) : static_cast<uint32_t>(next);
-    if (opt.on_step) opt.on_step(pos + 1, steps, next);
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t pos = done + i;
+      if (pos + 1 >= prompt) r.tokens.push_back(fed[i]);
+      if (opt.on_step) opt.on_step(pos + 1, steps, fed[i]);
+    }
+  };
+  // Logits are per step, so keeping them runs one step at a time; else chunks of kChunk steps.
+  constexpr uint32_t kChunk = 16;
+  const uint32_t chunk = opt.keep_logits ? 1 : kChunk;
+  uint32_t done = 0;
+  while (done < steps) {
+    if (done == prompt - 1) decode_start = std::chrono::steady_clock::now();
+    // The prompt's steps up to the last one, then the rest: decode time starts at that step.
+    const uint32_t limit = done < prompt - 1 ? prompt - 1 : steps;
+    const uint32_t n = std::min(chunk, limit - done);
+    run(done, n);
+    done += n;
   }
   const auto end = std::chrono::steady_clock::now();
   r.seconds = std::chrono::duration<double>(end - start).count();

@@ -18,14 +18,28 @@ struct RuntimeOptions {
   uint64_t seed = 0;                          // emulator shuffled order
 };
 
+// A backend keeps a token history on its side: the step at position p decodes history[p], and
+// can write its greedy token to history[p + 1], so that decode steps follow each other with no
+// round trip to the host. Positions run 0, 1, 2, ... from a fresh backend.
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  // Decodes `token` at position `pos` (positions run 0, 1, 2, ... from a fresh backend).
-  virtual void step(uint32_t token, uint32_t pos) = 0;
-  virtual std::vector<float> logits() = 0;  // of the last step
-  virtual int32_t next_token() = 0;         // the greedy token of the last step
+  // Writes history[first, first + ids.size()).
+  virtual void set_tokens(uint32_t first, const std::vector<int32_t>& ids) = 0;
+  // Runs the steps at positions [first, first + count); step p writes its greedy token to
+  // history[p + 1] when p + 1 >= fed_from. May return before they finish.
+  virtual void run(uint32_t first, uint32_t count, uint32_t fed_from) = 0;
+  // Waits for the steps run so far (throws if one failed) and returns history[begin, end).
+  virtual std::vector<int32_t> history(uint32_t begin, uint32_t end) = 0;
+  virtual std::vector<float> logits() = 0;  // of the last step run
+
+  // Decodes `token` at `pos` and returns the step's greedy token.
+  int32_t step(int32_t token, uint32_t pos) {
+    set_tokens(pos, {token});
+    run(pos, 1, 0);
+    return history(pos + 1, pos + 2)[0];
+  }
 };
 
 // The schedule and checkpoint must outlive the backend. Weights are checked first.

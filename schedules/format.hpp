@@ -92,12 +92,16 @@ struct Instruction {
 };
 static_assert(sizeof(Instruction) == 128);
 
-// What changes from one decode step to the next; passed to every op body.
+// What changes from one decode step to the next; passed to every op body. Tokens are arrays of
+// the batch size (1 for now) in the executing side's memory, so that a step can read the token
+// the previous step produced without a round trip to the host.
 struct StepContext {
-  uint32_t pos;          // position of the token being decoded
-  uint32_t token;        // its id
-  uint32_t max_context;  // KV-cache capacity in positions
-  uint32_t generation;   // counter generation of this step, >= 1
+  uint32_t pos;             // position of the token being decoded
+  uint32_t max_context;     // KV-cache capacity in positions
+  uint32_t generation;      // counter generation of this step, >= 1
+  uint32_t batch;           // sequences decoded together (1)
+  const int32_t* tokens;    // [batch] the token ids decoded at this step
+  int32_t* next_tokens;     // [batch] where the step's greedy tokens also go (the next step's input), or null
 };
 
 template <class P>

@@ -3,6 +3,7 @@
 // generations across steps, checkpoint mismatches, generate() and write_npy().
 #include <doctest/doctest.h>
 
+#include "tests/step_context.hpp"
 #include "tests/temp_dir.hpp"
 #include <sys/wait.h>
 #include <unistd.h>
@@ -206,7 +207,7 @@ std::string deadlock_message(const Schedule& s, const Checkpoint& ckpt) {
   Buffers mem(s, ckpt, 8);
   Emulator emu(s);
   try {
-    emu.run_step({0, 5, 8, 1}, mem.table());
+    emu.run_step(mk::test::step_context(0, 5, 8, 1), mem.table());
   } catch (const DeadlockError& e) {
     return e.what();
   }
@@ -374,7 +375,7 @@ TEST_CASE("emulator: two SMs waiting on each other are reported as a deadlock") 
   SUBCASE("shuffled order reports it too") {
     Buffers mem(s, f.ckpt, 8);
     Emulator shuffled(s);
-    CHECK_THROWS_AS(shuffled.run_step({0, 5, 8, 1}, mem.table(), Order::shuffled, 99), DeadlockError);
+    CHECK_THROWS_AS(shuffled.run_step(mk::test::step_context(0, 5, 8, 1), mem.table(), Order::shuffled, 99), DeadlockError);
   }
 }
 
@@ -389,7 +390,7 @@ TEST_CASE("emulator: counters carry over steps through generations") {
   const std::vector<int32_t> tokens = random_prompt(3, f.vocab(), rng);
   for (uint32_t pos = 0; pos < 3; ++pos) {
     CAPTURE(pos);
-    emu.run_step({pos, static_cast<uint32_t>(tokens[pos]), max_context, pos + 1}, mem.table());
+    emu.run_step(mk::test::step_context(pos, static_cast<uint32_t>(tokens[pos]), max_context, pos + 1), mem.table());
     const std::vector<float> want = ref.step(tokens[pos]);
     const std::vector<float> got = mem.floats(s.logits_tensor);
     CHECK(all_finite(got));
@@ -398,10 +399,10 @@ TEST_CASE("emulator: counters carry over steps through generations") {
   }
   // Counters now stand at 3 x target: generation 5 cannot be reached in one step.
   const int32_t next = random_prompt(1, f.vocab(), rng)[0];
-  CHECK_THROWS_AS(emu.run_step({3, static_cast<uint32_t>(next), max_context, 5}, mem.table()), DeadlockError);
+  CHECK_THROWS_AS(emu.run_step(mk::test::step_context(3, static_cast<uint32_t>(next), max_context, 5), mem.table()), DeadlockError);
   // After a reset, generation 1 runs again and position 3 still matches.
   emu.reset_counters();
-  emu.run_step({3, static_cast<uint32_t>(next), max_context, 1}, mem.table());
+  emu.run_step(mk::test::step_context(3, static_cast<uint32_t>(next), max_context, 1), mem.table());
   const std::vector<float> want = ref.step(next);
   CHECK(rel_error(mem.floats(s.logits_tensor), want) < 1e-4);
   CHECK(mem.token(s) == argmax(want));
@@ -444,17 +445,26 @@ TEST_CASE("emulator: a checkpoint missing a key is refused before any step") {
 
 namespace {
 
-// A backend that records what generate() asks of it.
+// A backend that records what generate() asks of it: each step's (token, pos), its greedy
+// token a function of both, fed to the next step past the prompt as a real backend does.
 struct RecordingBackend : mk::device::Backend {
   uint32_t vocab;
   std::vector<std::pair<uint32_t, uint32_t>> calls;  // (token, pos)
+  std::vector<int32_t> tokens = std::vector<int32_t>(128, -1);
   explicit RecordingBackend(uint32_t v) : vocab(v) {}
   std::string name() const override { return "recording"; }
-  void step(uint32_t token, uint32_t pos) override { calls.push_back({token, pos}); }
-  std::vector<float> logits() override { return std::vector<float>(vocab, float(calls.size())); }
-  int32_t next_token() override {
-    return static_cast<int32_t>((calls.back().first * 31 + calls.back().second * 7 + 3) % vocab);
+  void set_tokens(uint32_t first, const std::vector<int32_t>& ids) override {
+    std::copy(ids.begin(), ids.end(), tokens.begin() + first);
   }
+  void run(uint32_t first, uint32_t count, uint32_t fed_from) override {
+    for (uint32_t pos = first; pos < first + count; ++pos) {
+      const uint32_t token = static_cast<uint32_t>(tokens.at(pos));
+      calls.push_back({token, pos});
+      if (pos + 1 >= fed_from) tokens.at(pos + 1) = static_cast<int32_t>((token * 31 + pos * 7 + 3) % vocab);
+    }
+  }
+  std::vector<int32_t> history(uint32_t begin, uint32_t end) override { return {tokens.begin() + begin, tokens.begin() + end}; }
+  std::vector<float> logits() override { return std::vector<float>(vocab, float(calls.size())); }
 };
 
 }  // namespace

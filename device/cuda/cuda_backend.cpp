@@ -20,18 +20,20 @@ class CudaBackend : public Backend {
   }
 
   std::string name() const override { return "cuda"; }
-  void step(uint32_t token, uint32_t pos) override { exec_.step(token, pos); }
+  void set_tokens(uint32_t first, const std::vector<int32_t>& ids) override {
+    exec_.set_tokens(first, ids.data(), static_cast<uint32_t>(ids.size()));
+  }
+
+  void run(uint32_t first, uint32_t count, uint32_t fed_from) override {
+    for (uint32_t pos = first; pos < first + count; ++pos) exec_.launch(pos, pos + 1 >= fed_from);
+  }
+
+  std::vector<int32_t> history(uint32_t begin, uint32_t end) override { return exec_.tokens(begin, end); }
 
   std::vector<float> logits() override {
     std::vector<float> out(s_.tensors[s_.logits_tensor].elements());
     exec_.download(s_.logits_tensor, out.data(), out.size() * sizeof(float));
     return out;
-  }
-
-  int32_t next_token() override {
-    int32_t t = 0;
-    exec_.download(s_.token_tensor, &t, sizeof t);
-    return t;
   }
 
  private:

@@ -231,6 +231,7 @@ struct CudaExecutor::State {
   KernelParams params{};
   void** tensor_table = nullptr;
   ErrorRecord* error = nullptr;
+  int32_t* history = nullptr;  // [max_context + 1] token ids
   uint32_t generation = 0;
   uint32_t max_target = 1;
   uint32_t shared = 0;
@@ -308,6 +309,8 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   p.signals = device_copy(s.signals, "signals");
   check(cudaMalloc(&p.counters, std::max<size_t>(1, s.counter_count) * 4), "counters");
   check(cudaMalloc(&st_->error, sizeof(ErrorRecord)), "error record");
+  check(cudaMalloc(&st_->history, (uint64_t{opt.max_context} + 1) * sizeof(int32_t)), "token history");
+  check(cudaMemset(st_->history, 0xff, (uint64_t{opt.max_context} + 1) * sizeof(int32_t)), "token history");
   p.tensors = TensorTable{st_->tensor_table, static_cast<uint32_t>(s.tensors.size())};
   p.error = st_->error;
   p.timeout_ns = static_cast<uint64_t>(opt.watchdog_seconds * 1e9);
@@ -325,6 +328,7 @@ CudaExecutor::~CudaExecutor() {
   cudaFree(const_cast<uint32_t*>(st_->params.signals));
   cudaFree(st_->params.counters);
   cudaFree(st_->error);
+  cudaFree(st_->history);
   cudaFree(st_->params.trace);
   if (st_->stream) cudaStreamDestroy(st_->stream);
 }
@@ -344,13 +348,28 @@ size_t CudaExecutor::tensor_bytes(uint32_t tensor) const { return st_->sizes.at(
 
 uint32_t CudaExecutor::shared_bytes() const { return st_->shared; }
 
-void CudaExecutor::launch(uint32_t token, uint32_t pos) {
+void CudaExecutor::set_tokens(uint32_t first, const int32_t* ids, uint32_t n) {
+  if (uint64_t{first} + n > uint64_t{st_->opt.max_context} + 1) throw CudaError("set_tokens: beyond the token history");
+  check(cudaStreamSynchronize(st_->stream), "set_tokens");
+  check(cudaMemcpy(st_->history + first, ids, n * sizeof(int32_t), cudaMemcpyHostToDevice), "set_tokens");
+}
+
+std::vector<int32_t> CudaExecutor::tokens(uint32_t begin, uint32_t end) {
+  if (begin > end || end > st_->opt.max_context + 1) throw CudaError("tokens: beyond the token history");
+  finish();
+  std::vector<int32_t> out(end - begin);
+  check(cudaMemcpy(out.data(), st_->history + begin, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "tokens");
+  return out;
+}
+
+void CudaExecutor::launch(uint32_t pos, bool feed) {
   if (pos >= st_->opt.max_context)
     throw CudaError("position " + std::to_string(pos) + " is beyond the KV cache (" + std::to_string(st_->opt.max_context) + ")");
   // Monotonic counters: targets scale with the generation; zero them before they could wrap.
   if (uint64_t{st_->generation + 1} * st_->max_target >= 0xffffffffull) st_->reset_counters();
   KernelParams p = st_->params;
-  p.ctx = schedule::StepContext{pos, token, st_->opt.max_context, ++st_->generation};
+  p.ctx = schedule::StepContext{pos, st_->opt.max_context, ++st_->generation, 1, st_->history + pos,
+                                feed ? st_->history + pos + 1 : nullptr};
   interpreter_kernel<<<st_->s->sm_count, kBlockThreads, st_->shared, st_->stream>>>(p);
   check(cudaGetLastError(), "interpreter launch");
 }
@@ -370,12 +389,13 @@ void CudaExecutor::finish() {
   throw WatchdogError(o.str(), WatchdogReport{e.sm, e.instruction, e.task, e.counter, e.value, e.target});
 }
 
-float CudaExecutor::timed_step(uint32_t token, uint32_t pos) {
+float CudaExecutor::timed_step(int32_t token, uint32_t pos) {
+  set_tokens(pos, &token, 1);
   cudaEvent_t a, b;
   check(cudaEventCreate(&a), "cudaEventCreate");
   check(cudaEventCreate(&b), "cudaEventCreate");
   check(cudaEventRecord(a, st_->stream), "cudaEventRecord");
-  launch(token, pos);
+  launch(pos, false);
   check(cudaEventRecord(b, st_->stream), "cudaEventRecord");
   finish();
   float ms = 0;
@@ -418,8 +438,9 @@ void CudaExecutor::fill_random(uint32_t tensor, uint32_t seed, float scale) {
   check(cudaStreamSynchronize(st_->stream), "fill_random");
 }
 
-void CudaExecutor::step(uint32_t token, uint32_t pos) {
-  launch(token, pos);
+void CudaExecutor::step(int32_t token, uint32_t pos) {
+  set_tokens(pos, &token, 1);
+  launch(pos, false);
   finish();
 }
 

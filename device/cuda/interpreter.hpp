@@ -45,14 +45,19 @@ class CudaExecutor {
   void download(uint32_t tensor, void* data, size_t bytes) const;
   size_t tensor_bytes(uint32_t tensor) const;
 
-  // Launches one decode step and waits for it. Throws WatchdogError (after which the executor
-  // has reset its counters and stays usable) or CudaError.
-  void step(uint32_t token, uint32_t pos);
-  // Launches without waiting; finish() waits and checks.
-  void launch(uint32_t token, uint32_t pos);
+  // The token history on the device: position p decodes history[p] (max_context + 1 entries).
+  void set_tokens(uint32_t first, const int32_t* ids, uint32_t n);
+  std::vector<int32_t> tokens(uint32_t begin, uint32_t end);  // waits for the launches (finish)
+  // Launches the step at `pos` without waiting; with `feed`, its greedy token goes to
+  // history[pos + 1], the next step's input, on the device. finish() waits and checks.
+  void launch(uint32_t pos, bool feed);
+  // Throws WatchdogError (after which the executor has reset its counters and stays usable) or
+  // CudaError.
   void finish();
+  // Decodes `token` at `pos` and waits for it.
+  void step(int32_t token, uint32_t pos);
   // One step timed with device events (milliseconds of GPU time, launch to completion).
-  float timed_step(uint32_t token, uint32_t pos);
+  float timed_step(int32_t token, uint32_t pos);
   // Fills a tensor with deterministic pseudo-random values (bf16 or f32, std about `scale`),
   // for benchmarks that need no checkpoint.
   void fill_random(uint32_t tensor, uint32_t seed, float scale);

@@ -13,7 +13,7 @@ __device__ __forceinline__ bool argmax_better(float v, uint32_t i, float bv, uin
 }
 }  // namespace detail
 
-__device__ inline void gpu_run(const schedule::ArgmaxPayload& p, const schedule::StepContext&, const TensorTable& mem,
+__device__ inline void gpu_run(const schedule::ArgmaxPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                BlockContext& bc) {
   const float* in = mem.at<const float>(p.in);
   float best = -INFINITY;
@@ -46,7 +46,9 @@ __device__ inline void gpu_run(const schedule::ArgmaxPayload& p, const schedule:
   if (threadIdx.x == 0) {
     for (uint32_t w = 1; w < kWarps; ++w)
       if (detail::argmax_better(values[w], indices[w], best, index)) best = values[w], index = indices[w];
-    *mem.at<int32_t>(p.out) = index == 0xffffffffu ? 0 : static_cast<int32_t>(index);
+    const int32_t token = index == 0xffffffffu ? 0 : static_cast<int32_t>(index);
+    *mem.at<int32_t>(p.out) = token;
+    if (ctx.next_tokens) ctx.next_tokens[0] = token;
   }
 }
 

@@ -11,8 +11,9 @@ __device__ inline void gpu_run(const schedule::EmbedPayload& p, const schedule::
                                BlockContext&) {
   const uint16_t* table = mem.at<const uint16_t>(p.table);
   float* out = mem.at<float>(p.out);
+  const uint32_t token = static_cast<uint32_t>(ctx.tokens[0]);
   for (uint32_t c = p.col_begin + threadIdx.x; c < p.col_end; c += kThreads)
-    out[c] = ctx.token < p.vocab ? bf16_to_f32(table[uint64_t{ctx.token} * p.hidden + c]) : __int_as_float(0x7fc00000);
+    out[c] = token < p.vocab ? bf16_to_f32(table[uint64_t{token} * p.hidden + c]) : __int_as_float(0x7fc00000);
 }
 
 }  // namespace mk::device

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <random>
 
+#include "tests/step_context.hpp"
 #include "device/bf16.hpp"
 #include "device/cuda/interpreter.hpp"
 #include "device/ops/cpu_ops.hpp"
@@ -107,7 +108,7 @@ void compare_ops(const char* example) {
     device::CudaExecutor gpu(s, eo);
     for (uint32_t t = 0; t < s.tensors.size(); ++t) gpu.upload(t, cpu.bytes[t].data(), cpu.bytes[t].size());
     gpu.step(token, pos);
-    const schedule::StepContext ctx{pos, token, max_context, 1};
+    const schedule::StepContext ctx = mk::test::step_context(pos, token, max_context, 1);
     for (const schedule::Instruction& inst : s.instructions)
       device::cpu_execute(inst, ctx, {cpu.ptrs.data(), static_cast<uint32_t>(cpu.ptrs.size())});
     for (uint32_t t = 0; t < s.tensors.size(); ++t) {

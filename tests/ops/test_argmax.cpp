@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "tests/step_context.hpp"
 #include "device/ops/cpu_ops.hpp"
 #include "tests/op_fixture.hpp"
 
@@ -22,7 +23,7 @@ int32_t run_argmax(const std::vector<float>& values) {
   p.in = mem.add_f32(values);
   p.out = mem.add_i32({kI32Poison});
   p.count = static_cast<uint32_t>(values.size());
-  mk::device::cpu_run(p, StepContext{0, 0, 1, 1}, mem.table());
+  mk::device::cpu_run(p, mk::test::step_context(0, 0, 1, 1), mem.table());
   CHECK(mem.guards_intact());
   auto in_now = mem.f32(p.in);
   for (size_t i = 0; i < values.size(); ++i)

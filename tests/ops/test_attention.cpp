@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/step_context.hpp"
 #include "device/ops/cpu_ops.hpp"
 #include "tests/op_fixture.hpp"
 
@@ -145,7 +146,7 @@ struct AttnCase {
     return ((size_t{g} * s.splits + split) * s.rep + r) * (hd + 2);
   }
 
-  void run() { mk::device::cpu_run(p, StepContext{s.pos, 3, s.max_context, 1}, mem.table()); }
+  void run() { mk::device::cpu_run(p, mk::test::step_context(s.pos, 3, s.max_context, 1), mem.table()); }
 
   // The split's cached positions [begin, end).
   std::pair<uint32_t, uint32_t> split_range(uint32_t split) const {
@@ -356,7 +357,7 @@ void check_combined(AttnCase& c) {
   rp.head_dim = hd;
   rp.head_begin = 0;
   rp.head_end = c.heads;
-  mk::device::cpu_run(rp, StepContext{c.s.pos, 3, c.s.max_context, 1}, c.mem.table());
+  mk::device::cpu_run(rp, mk::test::step_context(c.s.pos, 3, c.s.max_context, 1), c.mem.table());
   auto reduced = c.mem.f32(rp.out);
   CHECK(check_writes(reduced, 0, reduced.size()).unwritten_inside == 0);
   CHECK(rel_error(reduced, plain) < 1e-5);

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/step_context.hpp"
 #include "device/ops/cpu_ops.hpp"
 #include "tests/op_fixture.hpp"
 
@@ -79,7 +80,7 @@ struct ReduceCase {
     return out;
   }
 
-  void run() { mk::device::cpu_run(p, StepContext{4, 1, 16, 1}, mem.table()); }
+  void run() { mk::device::cpu_run(p, mk::test::step_context(4, 1, 16, 1), mem.table()); }
 
   void run_and_check() {
     run();

@@ -6,6 +6,7 @@
 #include <random>
 #include <utility>
 
+#include "tests/step_context.hpp"
 #include "device/ops/cpu_ops.hpp"
 #include "tests/op_fixture.hpp"
 
@@ -31,7 +32,7 @@ struct EmbedCase {
   }
 
   void run(uint32_t token, uint32_t pos = 3) {
-    const StepContext ctx{pos, token, 16, 1};
+    const StepContext ctx = mk::test::step_context(pos, token, 16, 1);
     mk::device::cpu_run(p, ctx, mem.table());
   }
 };

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/step_context.hpp"
 #include "device/ops/cpu_ops.hpp"
 #include "tests/op_fixture.hpp"
 
@@ -94,7 +95,7 @@ struct MatvecCase {
     return y;
   }
 
-  void run() { mk::device::cpu_run(p, StepContext{2, 7, 16, 1}, mem.table()); }
+  void run() { mk::device::cpu_run(p, mk::test::step_context(2, 7, 16, 1), mem.table()); }
 
   // Runs and checks: rows [row_begin, row_end) written and close to the reference, no other
   // element written, inputs untouched.

@@ -1,0 +1,16 @@
+// A StepContext decoding one token, for tests that call op bodies or the emulator directly.
+#pragma once
+#include <cstdint>
+
+#include "schedules/format.hpp"
+
+namespace mk::test {
+
+// The token lives in a per-thread slot: use the context before making the next one.
+inline schedule::StepContext step_context(uint32_t pos, int32_t token, uint32_t max_context, uint32_t generation) {
+  thread_local int32_t slot;
+  slot = token;
+  return {pos, max_context, generation, 1, &slot, nullptr};
+}
+
+}  // namespace mk::test
