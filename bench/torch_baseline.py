@@ -50,9 +50,7 @@ def rms(x, weight):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(bf) * weight
 
 
-def rope(x, pos):
-    ang = pos.float() * inv_freq
-    cos, sin = torch.cat([ang.cos(), ang.cos()]).to(bf), torch.cat([ang.sin(), ang.sin()]).to(bf)
+def rope(x, cos, sin):
     x1, x2 = x[..., : HD // 2], x[..., HD // 2:]
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
@@ -61,13 +59,15 @@ def step(token, pos):
     """token: int64 [1], pos: int64 [1] (device tensors); returns the greedy next token."""
     x = embed[token]  # [1, H]
     mask = (torch.arange(T, device=dev) <= pos).view(1, 1, 1, T)
+    ang = pos.float() * inv_freq
+    cos, sin = torch.cat([ang.cos(), ang.cos()]).to(bf), torch.cat([ang.sin(), ang.sin()]).to(bf)
     for li, l in enumerate(layers):
         qkv = F.linear(rms(x, l["attn_norm"]), l["wqkv"])
         q, k, v = qkv.split([NH * HD, NKV * HD, NKV * HD], -1)
         q, k, v = q.view(1, NH, 1, HD), k.view(1, NKV, 1, HD), v.view(1, NKV, 1, HD)
         if qk_norm:
             q, k = rms(q, l["qn"]), rms(k, l["kn"])
-        q, k = rope(q, pos), rope(k, pos)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
         kcache[li].index_copy_(2, pos, k)
         vcache[li].index_copy_(2, pos, v)
         o = F.scaled_dot_product_attention(q, kcache[li], vcache[li], attn_mask=mask, enable_gqa=True)

@@ -95,24 +95,69 @@ struct GroupSoftmax {
   // [n][hd]) at k[b], v[b]; one softmax update for the batch. Every compute thread calls this.
   __device__ void add(const uint16_t* const* k, const uint16_t* const* v, const uint32_t* n, uint32_t blocks) {
     const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    uint32_t total = 0;
-    for (uint32_t b = 0; b < blocks; ++b) {
-      for (uint32_t pos = warp; pos < n[b]; pos += kWarps) {
-        const uint32_t* row = reinterpret_cast<const uint32_t*>(k[b] + pos * hd);
-        for (uint32_t r = 0; r < rep; ++r) {
-          const float2* qr = reinterpret_cast<const float2*>(q + r * hd);
-          float dot = 0;
-          for (uint32_t e = lane; e < hd / 2; e += 32) {
-            const uint32_t kk = row[e];
-            const float2 qq = qr[e];
-            dot = fmaf(bf16_lo(kk), qq.x, fmaf(bf16_hi(kk), qq.y, dot));
-          }
-          dot = warp_sum(dot);
-          if (lane == 0) score[r * kAttnBatchTiles * per + total + pos] = dot * scale;
+    if (hd % 16 == 0 && hd <= 512 && ((hd / 16) & (hd / 16 - 1)) == 0) {
+    // Scores: a position per group of hd/16 lanes, each lane 16 elements of k (4 x 8 bytes),
+    // q of up to four heads in registers; a few shuffles reduce each dot product.
+    const uint32_t group = hd / 16, groups = 32 / group, sub = lane % group, slot = lane / group;
+    for (uint32_t r0 = 0; r0 < rep; r0 += 4) {
+      float qr[4][16];
+#pragma unroll
+      for (uint32_t r = 0; r < 4; ++r)
+#pragma unroll
+        for (uint32_t j = 0; j < 4; ++j) {
+          const float4 v4 = r0 + r < rep ? *reinterpret_cast<const float4*>(q + (r0 + r) * hd + sub * 4 + j * 4 * group)
+                                         : make_float4(0, 0, 0, 0);
+          qr[r][4 * j] = v4.x, qr[r][4 * j + 1] = v4.y, qr[r][4 * j + 2] = v4.z, qr[r][4 * j + 3] = v4.w;
         }
+      uint32_t total = 0;
+      for (uint32_t b = 0; b < blocks; ++b) {
+        for (uint32_t base = warp * groups; base < n[b]; base += kWarps * groups) {
+          const uint32_t pos = base + slot;
+          float dot[4] = {0, 0, 0, 0};
+          if (pos < n[b]) {
+            const uint16_t* row = k[b] + pos * hd + sub * 4;
+#pragma unroll
+            for (uint32_t j = 0; j < 4; ++j) {
+              const uint2 kk = *reinterpret_cast<const uint2*>(row + j * 4 * group);
+              const float k0 = bf16_lo(kk.x), k1 = bf16_hi(kk.x), k2 = bf16_lo(kk.y), k3 = bf16_hi(kk.y);
+#pragma unroll
+              for (uint32_t r = 0; r < 4; ++r)
+                dot[r] = fmaf(k0, qr[r][4 * j], fmaf(k1, qr[r][4 * j + 1], fmaf(k2, qr[r][4 * j + 2], fmaf(k3, qr[r][4 * j + 3], dot[r]))));
+            }
+          }
+#pragma unroll
+          for (uint32_t r = 0; r < 4; ++r)
+            for (uint32_t o = group / 2; o > 0; o >>= 1) dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], o);
+          if (sub == 0 && pos < n[b])
+#pragma unroll
+            for (uint32_t r = 0; r < 4; ++r)
+              if (r0 + r < rep) score[(r0 + r) * kAttnBatchTiles * per + total + pos] = dot[r] * scale;
+        }
+        total += n[b];
       }
-      total += n[b];
     }
+    } else {  // other head sizes: a warp per position, lanes across the head
+      uint32_t total = 0;
+      for (uint32_t b = 0; b < blocks; ++b) {
+        for (uint32_t pos = warp; pos < n[b]; pos += kWarps) {
+          const uint32_t* row = reinterpret_cast<const uint32_t*>(k[b] + pos * hd);
+          for (uint32_t r = 0; r < rep; ++r) {
+            const float2* qr = reinterpret_cast<const float2*>(q + r * hd);
+            float dot = 0;
+            for (uint32_t e = lane; e < hd / 2; e += 32) {
+              const uint32_t kk = row[e];
+              const float2 qq = qr[e];
+              dot = fmaf(bf16_lo(kk), qq.x, fmaf(bf16_hi(kk), qq.y, dot));
+            }
+            dot = warp_sum(dot);
+            if (lane == 0) score[r * kAttnBatchTiles * per + total + pos] = dot * scale;
+          }
+        }
+        total += n[b];
+      }
+    }
+    uint32_t total = 0;
+    for (uint32_t b = 0; b < blocks; ++b) total += n[b];
     block_sync();
     const uint32_t row_stride = kAttnBatchTiles * per;
     if (warp < rep) {  // warp r: the running max and sum of head r
