@@ -45,7 +45,10 @@ std::string shade(const std::string& hex, size_t i, size_t n) {
     h = mx == R ? std::fmod((G - B) / d, 6.0) : mx == G ? (B - R) / d + 2 : (R - G) / d + 4;
     if (h < 0) h += 6;
   }
-  const double l = 0.30 + 0.45 * double(i) / double(n - 1);
+  // Neighbouring kinds (in op order) apart: lightness in an interleaved order, hue turned a little.
+  const size_t half = (n + 1) / 2, rank = i % 2 == 0 ? i / 2 : half + i / 2;
+  const double l = 0.30 + 0.45 * double(rank) / double(n - 1);
+  h = std::fmod(h + 6 + (double(i) / double(n - 1) - 0.5) * 0.8, 6.0);  // +-24 degrees
   const double c = (1 - std::fabs(2 * l - 1)) * s, x = c * (1 - std::fabs(std::fmod(h, 2.0) - 1)), m = l - c / 2;
   double rgb[3];
   const int sector = static_cast<int>(h) % 6;

@@ -31,7 +31,8 @@ OpKinds op_kinds(const std::vector<Op>& ops);
 // "qkv{0..15}" for names qkv0 ... qkv15 (the common prefix and suffix kept); the name for one.
 std::string name_range(const std::vector<std::string>& names);
 
-// `hex` (#rrggbb) with its lightness moved to step i of n (0: darkest); `hex` itself for n == 1.
+// Shade i of n of `hex` (#rrggbb): lightness and hue moved so that kinds i and i + 1 differ
+// clearly; `hex` itself for n == 1.
 std::string shade(const std::string& hex, size_t i, size_t n);
 
 }  // namespace mk::schedule
