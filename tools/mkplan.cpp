@@ -43,11 +43,11 @@ int main(int argc, char** argv) {
   dot_options.expand = dot_expand;
   if ((!dot_layers.empty() || !dot_ops.empty()) && dot_options.level != mk::planner::DotLevel::task) {
     std::cerr << "mkplan: --dot-layers and --dot-ops select tasks; add --dot-level task\n";
-    return 2;
+    return 1;
   }
   if (dot_expand && dot_options.level != mk::planner::DotLevel::op) {
     std::cerr << "mkplan: --dot-expand is for --dot-level op\n";
-    return 2;
+    return 1;
   }
   if (!dot_layers.empty()) {
     const auto dash = dot_layers.find('-');
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
     }
     if (dot_options.first_layer < 0 || dot_options.last_layer < dot_options.first_layer) {
       std::cerr << "mkplan: --dot-layers '" << dot_layers << "': expected A-B with 0 <= A <= B, or one layer A\n";
-      return 2;
+      return 1;
     }
   }
   for (size_t at = 0; !dot_ops.empty() && at <= dot_ops.size();) {
