@@ -132,8 +132,6 @@ std::string layer_range(const std::set<int>& layers) {
   return "layers " + std::to_string(*layers.begin()) + "–" + std::to_string(*layers.rbegin());
 }
 
-std::string fill(schedule::Opcode op) { return std::string(schedule::op_colour(op)) + "80"; }  // half transparent
-
 void header(std::ostream& out, const Plan& p, const std::string& what, const char* rankdir) {
   out << "digraph schedule {\n  rankdir=" << rankdir << ";\n  newrank=true;\n"
       << "  node [shape=box, style=\"rounded,filled\", fontname=Helvetica, fontsize=11];\n"
@@ -160,7 +158,7 @@ DotStats write_op_dot(const Plan& p, std::ostream& out, bool expand) {
         << dot_label({name, std::string(schedule::opcode_name(op.opcode)) + " × " + std::to_string(op.split) +
                                 (op.split == 1 ? " task" : " tasks") +
                                 (op.chunks > 1 ? ", " + std::to_string(op.chunks) + " chunks" : "")})
-        << ", fillcolor=\"" << fill(op.opcode) << "\"];\n";
+        << ", fillcolor=\"" << kinds.kinds[kinds.kind_of[o]].colour << "99\"];\n";  // the trace's colour, lighter
     ++st.nodes;
   };
   // KV caches: one cylinder per (op, cache), read (and appended to) by the op.
