@@ -83,6 +83,7 @@ struct DotOptions {
   int first_layer = -1, last_layer = -1;
   std::vector<std::string> ops;
 };
+// Throws std::invalid_argument when the task-level filters select no op.
 struct DotStats {
   size_t nodes = 0, edges = 0;
 };

@@ -279,6 +279,10 @@ DotStats write_task_dot(const Plan& p, std::ostream& out, const DotOptions& o) {
     std::set<std::string> g(o.ops.begin(), o.ops.end());
     what += "; ops " + join(g, ", ");
   }
+  if (std::none_of(prog.ops.begin(), prog.ops.end(), [&](const OpInfo& op) { return op_selected(prog, op, o); }))
+    throw std::invalid_argument("--dot-layers/--dot-ops: no op is selected (" + what.substr(what.find(';') + 2) + "; the model has " +
+                                (prog.model->layers ? "layers 0–" + std::to_string(prog.model->layers - 1) : "no layers") +
+                                ")");
   header(out, p, what, "LR");
   out << "  ranksep=1.2;\n  nodesep=0.05;\n";
   std::vector<uint32_t> first_task(prog.ops.size() + 1, 0);

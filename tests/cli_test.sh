@@ -258,6 +258,15 @@ check_dot_option_errors() {
   run "$MKPLAN" "$LLAMA" -o bad.bin --dot bad.dot --dot-layers 0-1
   clean_error mkplan 'dot-level task'
   finish "mkplan --dot-layers without --dot-level task: one line, exit 1"
+  for args in "--dot-layers 7" "--dot-ops nothing*"; do
+    begin
+    rm -f none.dot
+    # shellcheck disable=SC2086
+    run "$MKPLAN" "$LLAMA" -o bad.bin --dot none.dot --dot-level task $args
+    clean_error mkplan 'no op is selected.*layers 0–2'
+    expect "none.dot was written" test ! -e none.dot
+    finish "mkplan --dot-level task $args (selects nothing): one line naming the model's layers, exit 1, no DOT"
+  done
 }
 
 check_trace() {

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 
@@ -82,9 +83,11 @@ int main(int argc, char** argv) {
     const size_t bytes = mk::schedule::serialize(plan.schedule).size();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!dot_path.empty()) {  // before the schedule, so a bad --dot path leaves no half-done output
+      std::ostringstream text;  // a selection of no task is refused before the file is touched
+      const auto stats = mk::planner::write_dot(plan, text, dot_options);
       std::ofstream dot(dot_path);
       if (!dot) throw std::runtime_error(dot_path + ": cannot open for writing");
-      const auto stats = mk::planner::write_dot(plan, dot, dot_options);
+      dot << text.str();
       if (!dot) throw std::runtime_error(dot_path + ": write failed");
       if (dot_options.level == mk::planner::DotLevel::task && stats.nodes + stats.edges > 20000)
         std::cerr << "mkplan: warning: " << dot_path << " has " << stats.nodes << " nodes and " << stats.edges
