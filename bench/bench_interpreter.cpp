@@ -42,11 +42,9 @@ std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t 
     exec.enable_trace(true);
     exec.timed_step(17, context - 1);
     const auto events = exec.read_trace();
-    device::TraceOptions topt;
-    topt.title = "mkbench: one step at context " + std::to_string(context) + " (random weights)";
-    std::cout << device::trace_summary(s, events, topt);
-    device::write_chrome_trace(s, events, trace + ".json", topt);
-    device::write_trace_svg(s, events, trace + ".svg", topt);
+    std::cout << device::trace_summary(s, events);
+    device::write_chrome_trace(s, events, trace + ".json");
+    device::write_trace_svg(s, events, trace + ".svg");
   }
   return us;
 }
