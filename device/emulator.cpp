@@ -1,5 +1,6 @@
 #include "device/emulator.hpp"
 
+#include <algorithm>
 #include <random>
 #include <sstream>
 
@@ -25,6 +26,22 @@ void Emulator::run_step(const schedule::StepContext& ctx, const TensorTable& mem
   auto runnable = [&](uint32_t sm) {
     return head[sm] < s_.sm_offsets[sm + 1] && ready(s_.instructions[head[sm]], ctx.generation);
   };
+  // The logical clock: when each SM is free, when each counter got its last signal.
+  std::vector<uint64_t> sm_free(tracing_ ? sms : 0, 0), signalled(tracing_ ? s_.counter_count : 0, 0);
+  if (tracing_) trace_.assign(s_.instructions.size(), TraceEvent{});
+  auto run = [&](uint32_t sm) {
+    const uint32_t i = head[sm]++;
+    const schedule::Instruction& inst = s_.instructions[i];
+    execute(inst, ctx, mem);
+    if (!tracing_) return;
+    constexpr uint64_t kTick = 1000;
+    TraceEvent& e = trace_[i];
+    e.start = e.ready = sm_free[sm];
+    for (const schedule::Wait& w : s_.waits_of(inst)) e.ready = std::max(e.ready, signalled[w.counter]);
+    e.end = e.ready + kTick;
+    for (uint32_t c : s_.signals_of(inst)) signalled[c] = std::max(signalled[c], e.end);
+    sm_free[sm] = e.end;
+  };
   std::mt19937_64 rng(seed);
   size_t left = s_.instructions.size();
   std::vector<uint32_t> candidates;
@@ -33,7 +50,7 @@ void Emulator::run_step(const schedule::StepContext& ctx, const TensorTable& mem
     if (order == Order::deterministic) {
       for (uint32_t sm = 0; sm < sms; ++sm)
         if (runnable(sm)) {
-          execute(s_.instructions[head[sm]++], ctx, mem);
+          run(sm);
           --left;
           moved = true;
         }
@@ -42,8 +59,7 @@ void Emulator::run_step(const schedule::StepContext& ctx, const TensorTable& mem
       for (uint32_t sm = 0; sm < sms; ++sm)
         if (runnable(sm)) candidates.push_back(sm);
       if (!candidates.empty()) {
-        const uint32_t sm = candidates[rng() % candidates.size()];
-        execute(s_.instructions[head[sm]++], ctx, mem);
+        run(candidates[rng() % candidates.size()]);
         --left;
         moved = true;
       }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "device/memory.hpp"
+#include "device/trace.hpp"
 #include "schedules/schedule.hpp"
 
 namespace mk::device {
@@ -29,12 +30,21 @@ class Emulator {
                 uint64_t seed = 0);
   void reset_counters() { counters_.assign(counters_.size(), 0); }
 
+  // Tracing on a logical clock, in the GPU trace's format (device/trace.hpp): every instruction
+  // takes one tick (written as 1000 ns); it starts when its SM's previous one ends and runs once
+  // the last signal it waits for has landed. The times do not depend on the execution order, so
+  // they show the schedule's shape: how long each SM waits with unit-cost tasks.
+  void enable_trace(bool on) { tracing_ = on; }
+  const std::vector<TraceEvent>& trace() const { return trace_; }  // of the last step, by instruction
+
  private:
   bool ready(const schedule::Instruction&, uint32_t generation) const;
   void execute(const schedule::Instruction&, const schedule::StepContext&, const TensorTable&);
 
   const schedule::Schedule& s_;
   std::vector<uint32_t> counters_;
+  bool tracing_ = false;
+  std::vector<TraceEvent> trace_;
 };
 
 }  // namespace mk::device

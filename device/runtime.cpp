@@ -65,6 +65,10 @@ class EmulatorBackend : public Backend {
     return out;
   }
 
+  void enable_trace(bool on) override { emulator_.enable_trace(on); }
+  std::vector<TraceEvent> trace() override { return emulator_.trace(); }
+  bool trace_is_logical() const override { return true; }
+
  private:
   const schedule::Schedule& s_;
   RuntimeOptions opt_;

@@ -3,10 +3,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "device/emulator.hpp"
+#include "device/trace.hpp"
 #include "device/weights.hpp"
 #include "schedules/schedule.hpp"
 
@@ -40,6 +42,15 @@ class Backend {
     run(pos, 1, 0);
     return history(pos + 1, pos + 2)[0];
   }
+  // Tracing (device/trace.hpp): when on, each step records every instruction's times, read
+  // back by trace() for the last step. The GPU records globaltimer ns; the emulator a logical
+  // clock (trace_is_logical()).
+  // A backend without tracing refuses it.
+  virtual void enable_trace(bool on) {
+    if (on) throw std::runtime_error(name() + ": tracing is not supported");
+  }
+  virtual std::vector<TraceEvent> trace() { return {}; }
+  virtual bool trace_is_logical() const { return false; }
 };
 
 // The schedule and checkpoint must outlive the backend. Weights are checked first.

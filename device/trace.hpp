@@ -1,6 +1,7 @@
-// Per-instruction timing of one decode step on the GPU, and what we make of it: a Chrome /
-// Perfetto trace (chrome://tracing, ui.perfetto.dev), an SVG Gantt chart with one lane per SM,
-// and a per-op summary of where the time went.
+// Per-instruction timing of one decode step, and what we make of it: a Chrome / Perfetto trace
+// (chrome://tracing, ui.perfetto.dev), an SVG Gantt chart with one lane per SM, and a per-op
+// summary of where the time went. The CUDA backend records globaltimer nanoseconds; the
+// emulator records a logical clock (device/emulator.hpp) in the same format.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -13,14 +14,21 @@ namespace mk::device {
 inline constexpr uint32_t kTraceSlots = 5;  // globaltimer values recorded per instruction
 
 struct TraceEvent {
-  uint64_t start, ready, end;  // globaltimer ns: reached the head of its queue, waits met, signalled
+  uint64_t start, ready, end;  // ns: reached the head of its queue, waits met, signalled
   uint64_t mark[2];            // phases inside the op body (0: not recorded); matvec: input ready, weights done
 };
 
+struct TraceOptions {
+  std::string title;     // the picture's first line (e.g. the schedule and the backend)
+  bool logical = false;  // the emulator's clock: 1000 "ns" per tick, shown as ticks rather than us
+};
+
 // `events` is indexed like schedule.instructions.
-void write_chrome_trace(const schedule::Schedule&, const std::vector<TraceEvent>&, const std::string& path);
-void write_trace_svg(const schedule::Schedule&, const std::vector<TraceEvent>&, const std::string& path);
+void write_chrome_trace(const schedule::Schedule&, const std::vector<TraceEvent>&, const std::string& path,
+                        const TraceOptions& = {});
+void write_trace_svg(const schedule::Schedule&, const std::vector<TraceEvent>&, const std::string& path,
+                     const TraceOptions& = {});
 // A table: per opcode, instructions, mean wait and run time, and the step's span.
-std::string trace_summary(const schedule::Schedule&, const std::vector<TraceEvent>&);
+std::string trace_summary(const schedule::Schedule&, const std::vector<TraceEvent>&, const TraceOptions& = {});
 
 }  // namespace mk::device

@@ -73,6 +73,25 @@ void verify(const schedule::Schedule&, const std::vector<std::pair<uint32_t, uin
 
 std::string summary(const Plan&);
 enum class DotLevel { op, task };
-void write_dot(const Plan&, std::ostream&, DotLevel);
+struct DotOptions {
+  DotLevel level = DotLevel::op;
+  // Op level: every layer drawn (the unrolled view) instead of the repeated block drawn once.
+  bool expand = false;
+  // Task level: the tasks of layers [first_layer, last_layer] only (-1: every layer), and of the
+  // ops matching one of `ops` (globs over op names and opcode names; empty: every op). Ops
+  // outside the repeated block are drawn when no layer range is given or when `ops` names them.
+  int first_layer = -1, last_layer = -1;
+  std::vector<std::string> ops;
+};
+// Throws std::invalid_argument when the task-level filters select no op.
+struct DotStats {
+  size_t nodes = 0, edges = 0;
+};
+DotStats write_dot(const Plan&, std::ostream&, const DotOptions& = {});
+inline DotStats write_dot(const Plan& p, std::ostream& out, DotLevel level) {
+  DotOptions o;
+  o.level = level;
+  return write_dot(p, out, o);
+}
 
 }  // namespace mk::planner

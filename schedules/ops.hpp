@@ -24,4 +24,16 @@ inline constexpr const char* opcode_name(Opcode op) {
   return nullptr;
 }
 
+// The op's colour in pictures (DOT graphs, traces): each payload's kColour, next to its fields.
+inline constexpr const char* op_colour(Opcode op) {
+  switch (op) {
+    case Opcode::noop: return "#999999";
+#define MK_OP(name, code, payload) \
+  case Opcode::name: return payload::kColour;
+#include "schedules/op_table.def"
+#undef MK_OP
+  }
+  return "#999999";
+}
+
 }  // namespace mk::schedule

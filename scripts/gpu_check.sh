@@ -47,6 +47,10 @@ timing() {  # example, prompt length, tokens
 timing llama-3.2-1b 512 128
 timing qwen3-4b 8128 64
 
+step "mkrun --trace: llama-3.2-1b (the last of 16 steps, into LOG/mkrun-trace-llama-3.2-1b.{json,svg})"
+"$BIN/mkrun" "$WORK/llama-3.2-1b/sched.bin" "$WORK/llama-3.2-1b/ckpt" --backend cuda --prompt-ids 128000,791,1888 \
+  --tokens 14 --trace "$LOG/mkrun-trace-llama-3.2-1b" | tail -n 10 || status=1
+
 step "baseline: transformers eager"
 python3 bench/torch_baseline.py "$WORK/llama-3.2-1b/ckpt" --context 512 --steps 64 2>&1 | tail -n 1 || status=1
 python3 bench/torch_baseline.py "$WORK/qwen3-4b/ckpt" --context 8128 --steps 32 2>&1 | tail -n 1 || status=1

@@ -85,6 +85,7 @@ out_has() { grep -Eq -- "$1" "$WORK/stdout"; }
 err_has() { grep -Eiq -- "$1" "$WORK/stderr"; }
 err_lines() { [[ $(wc -l <"$WORK/stderr") -eq $1 ]]; }
 err_starts() { [[ $(head -n 1 "$WORK/stderr") == "$1: "* ]]; }
+lacks() { ! grep -q -- "$1" "$2"; }
 no_tokens() { ! grep -q '^tokens:' "$WORK/stdout"; }
 
 # clean_error TOOL PATTERN: the last command failed the way every tool error must: exit status 1
@@ -130,8 +131,8 @@ help_mentions() {
 }
 
 check_help() {
-  help_mentions mkplan "$MKPLAN" --sms --policy --dot --dot-level --output
-  help_mentions mkrun "$MKRUN" --prompt-ids --tokens --backend --max-context --dump-logits --order --seed
+  help_mentions mkplan "$MKPLAN" --sms --policy --dot --dot-level --dot-expand --dot-layers --dot-ops --output
+  help_mentions mkrun "$MKRUN" --prompt-ids --tokens --backend --max-context --dump-logits --order --seed --trace
   help_mentions mkweights "$MKWEIGHTS" --seed --out
 }
 
@@ -178,6 +179,113 @@ check_dot_task_level() {
   expect "task-level DOT has ${task_edges:-0} edges, not more than the op level's ${op_edges:-0}" \
     test "${task_edges:-0}" -gt "${op_edges:-0}"
   finish "mkplan --dot-level task writes a finer DOT than --dot-level op"
+}
+
+# --- pictures --------------------------------------------------------------------------------
+
+# renders_quickly NAME DOT_FILE [MAX_PX]: dot -Tsvg renders it in under 10 s, and (with MAX_PX)
+# its long side at 96 dpi is under MAX_PX pixels.
+renders_quickly() {
+  local name=$1 file=$2 max_px=${3:-}
+  if [[ ! -s $file ]]; then
+    WHY+=("$file missing")
+    return
+  fi
+  local t0 t1 ms
+  t0=$(date +%s%N)
+  run dot -Tsvg "$file" -o "$file.svg"
+  t1=$(date +%s%N)
+  ms=$(((t1 - t0) / 1000000))
+  expect "dot on $name exited $RC" rc_is 0
+  expect "dot on $name took $ms ms, not under 10 s" test "$ms" -lt 10000
+  if [[ -n $max_px ]]; then
+    # Graphviz writes width="NNNpt" height="NNNpt"; 96 dpi is 4/3 px per pt.
+    local size w h long
+    size=$(grep -m1 -o 'width="[0-9.]*pt" height="[0-9.]*pt"' "$file.svg")
+    w=$(sed -E 's/width="([0-9]+).*/\1/' <<<"$size")
+    h=$(sed -E 's/.*height="([0-9]+).*/\1/' <<<"$size")
+    long=$(((w > h ? w : h) * 4 / 3))
+    expect "$name is $((w * 4 / 3)) x $((h * 4 / 3)) px at 96 dpi, not under $max_px on its long side" test "$long" -lt "$max_px"
+  fi
+  echo "#   $name: dot -Tsvg ${ms} ms${long:+, long side $long px at 96 dpi}"
+}
+
+check_pictures() {
+  if ! command -v dot >/dev/null; then
+    skip "every picture renders with dot in under 10 s" "Graphviz dot not installed"
+    return
+  fi
+  begin
+  local model
+  for model in "$ROOT"/examples/*.yaml; do
+    local name
+    name=$(basename "$model" .yaml)
+    run "$MKPLAN" "$model" -o "pic-$name.bin" -q --dot "pic-$name.dot"
+    expect "mkplan $name --dot exited $RC" rc_is 0
+    renders_quickly "$name op level" "pic-$name.dot" 4000
+    expect "$name op level does not mark its repeated block" grep -q 'label="× [0-9]* (layers 0–' "pic-$name.dot"
+  done
+  run "$MKPLAN" "$LLAMA" -o pic.bin --sms 8 -q --dot pic-expand.dot --dot-expand
+  expect "--dot-expand exited $RC" rc_is 0
+  expect "--dot-expand does not draw layer 2" grep -q 'cluster_layer2' pic-expand.dot
+  renders_quickly "tiny-llama --dot-expand" pic-expand.dot
+  run "$MKPLAN" "$LLAMA" -o pic.bin --sms 8 -q --dot pic-task.dot --dot-level task
+  renders_quickly "tiny-llama task level" pic-task.dot
+  run "$MKPLAN" "$ROOT/examples/llama-3.2-1b.yaml" -o pic.bin -q --dot pic-l1.dot --dot-level task --dot-layers 0-1 --dot-ops 'qkv*,attn*'
+  expect "--dot-layers 0-1 --dot-ops exited $RC" rc_is 0
+  expect "--dot-layers 0-1 --dot-ops drew layer 2" lacks 'qkv2\[' pic-l1.dot
+  expect "--dot-layers 0-1 --dot-ops left out attn_part1" grep -q 'attn_part1\[' pic-l1.dot
+  expect "--dot-layers 0-1 --dot-ops drew a matvec of the MLP" lacks '"act0\[' pic-l1.dot
+  renders_quickly "llama-3.2-1b task level, layers 0-1, qkv* and attn*" pic-l1.dot
+  run "$MKPLAN" "$ROOT/examples/llama-3.2-1b.yaml" -o pic.bin -q --dot pic-l1-layer.dot --dot-level task --dot-layers 3
+  renders_quickly "llama-3.2-1b task level, layer 3" pic-l1-layer.dot
+  run "$MKPLAN" "$ROOT/examples/llama-3.2-1b.yaml" -o pic.bin -q --dot pic-l1-all.dot --dot-level task
+  expect "the whole llama-3.2-1b task graph exited $RC" rc_is 0
+  expect "the whole llama-3.2-1b task graph gives no size warning" err_has 'warning: .*nodes and .*edges.*--dot-layers'
+  finish "every picture renders with dot in under 10 s; op level of every example under 4000 px; task level by layers and ops"
+}
+
+check_dot_option_errors() {
+  local args
+  for args in "--dot-layers 3-1" "--dot-layers x" "--dot-layers 1-" "--dot-layers -1"; do
+    begin
+    # shellcheck disable=SC2086
+    run "$MKPLAN" "$LLAMA" -o bad.bin --dot bad.dot --dot-level task $args
+    clean_error mkplan 'dot-layers'
+    finish "mkplan $args: one line, exit 1"
+  done
+  begin
+  run "$MKPLAN" "$LLAMA" -o bad.bin --dot bad.dot --dot-layers 0-1
+  clean_error mkplan 'dot-level task'
+  finish "mkplan --dot-layers without --dot-level task: one line, exit 1"
+  for args in "--dot-layers 7" "--dot-ops nothing*"; do
+    begin
+    rm -f none.dot
+    # shellcheck disable=SC2086
+    run "$MKPLAN" "$LLAMA" -o bad.bin --dot none.dot --dot-level task $args
+    clean_error mkplan 'no op is selected.*layers 0–2'
+    expect "none.dot was written" test ! -e none.dot
+    finish "mkplan --dot-level task $args (selects nothing): one line naming the model's layers, exit 1, no DOT"
+  done
+}
+
+check_trace() {
+  begin
+  if ! have_fixtures; then
+    WHY+=("fixtures missing")
+  else
+    run "$MKRUN" s.bin w --backend emulator --prompt-ids 1,2 --tokens 3 --trace tr
+    expect "mkrun --trace exited $RC" rc_is 0
+    expect "no summary on stdout" out_has 'step span [0-9]+ ticks \(logical clock'
+    expect "tr.svg is not an SVG with a time axis" grep -q 'time (logical ticks)' tr.svg
+    if command -v python3 >/dev/null; then
+      expect "tr.json does not parse as JSON" python3 -c 'import json,sys; json.load(open(sys.argv[1]))' tr.json
+      expect "tr.svg does not parse as XML" python3 -c 'import sys, xml.dom.minidom as m; m.parse(sys.argv[1])' tr.svg
+    fi
+    run "$MKRUN" s.bin w --backend emulator --tokens 1 --trace /proc/nope/tr
+    clean_error mkrun '/proc/nope/tr'
+  fi
+  finish "mkrun --trace on the emulator: logical-clock summary, Chrome JSON and SVG; a bad prefix is one line"
 }
 
 check_policy_critical_path() {
@@ -530,6 +638,9 @@ check_help
 check_plan
 check_dot_renders
 check_dot_task_level
+check_pictures
+check_dot_option_errors
+check_trace
 check_policy_critical_path
 check_weights
 check_run

@@ -511,50 +511,113 @@ TEST_CASE("verifier: a required edge the waits do not cover") {
 
 // ---- DOT ----
 
-TEST_CASE("planner: DOT at op and task level") {
-  const Plan p = make_plan("tiny-llama", 8);
-  const std::regex counter_label("c[0-9]+ = [0-9]+");
-  std::string texts[2];
-  int k = 0;
-  for (auto level : {mk::planner::DotLevel::op, mk::planner::DotLevel::task}) {
-    std::ostringstream out;
-    mk::planner::write_dot(p, out, level);
-    const std::string dot = out.str();
-    CHECK(dot.rfind("digraph", 0) == 0);
-    CHECK(contains(dot, "cluster_layer0"));
-    CHECK(contains(dot, "cluster_layer2"));
-    CHECK_FALSE(contains(dot, "cluster_layer3"));
-    CHECK(std::regex_search(dot, counter_label));
-    CHECK(contains(dot, "->"));
-    texts[k++] = dot;
-  }
-  // Op level: one node per op; task level: one node per task.
-  CHECK(contains(texts[0], "op20 ["));
-  CHECK_FALSE(contains(texts[0], "t0 ["));
-  // Labels break lines with DOT's \n escape, not a literal backslash.
-  CHECK(contains(texts[0], "[label=\"x0\\nembed x4\""));
-  CHECK_FALSE(contains(texts[0], "\\\\n"));
-  CHECK(contains(texts[1], "t" + std::to_string(p.tasks.size() - 1) + " ["));
-  // The argmax waits for the LM head's one counter of target 8.
-  const uint32_t lm_counter = p.tasks.back().waits.at(0).counter;
-  CHECK(contains(texts[0], "op19 -> op20 [label=\"c" + std::to_string(lm_counter) + " = 8\"]"));
+// Counts of `part` in `text`.
+size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
 
-  if (std::system("command -v dot >/dev/null 2>&1") != 0) {
-    MESSAGE("graphviz dot not on PATH; rendering not checked");
-    return;
-  }
+std::string dot_of(const Plan& p, const mk::planner::DotOptions& o) {
+  std::ostringstream out;
+  mk::planner::write_dot(p, out, o);
+  return out.str();
+}
+
+// Renders with Graphviz when it is installed; returns whether it rendered (true when skipped).
+bool renders(const std::string& dot, const std::string& name) {
+  if (std::system("command -v dot >/dev/null 2>&1") != 0) return true;
   const auto dir = std::filesystem::temp_directory_path() / ("mk_test_dot_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  for (int i = 0; i < 2; ++i) {
-    const auto in = dir / (std::string(i ? "task" : "op") + ".dot");
-    const auto svg = dir / (std::string(i ? "task" : "op") + ".svg");
-    std::ofstream(in) << texts[i];
-    const std::string cmd = "dot -Tsvg '" + in.string() + "' -o '" + svg.string() + "' 2>'" + (dir / "err.txt").string() + "'";
-    CHECK(std::system(cmd.c_str()) == 0);
-    CHECK(std::filesystem::exists(svg));
-    CHECK(std::filesystem::file_size(svg) > 1000);
-  }
+  const auto in = dir / (name + ".dot"), svg = dir / (name + ".svg");
+  std::ofstream(in) << dot;
+  const std::string cmd = "dot -Tsvg '" + in.string() + "' -o '" + svg.string() + "' 2>'" + (dir / "err.txt").string() + "'";
+  const bool ok = std::system(cmd.c_str()) == 0 && std::filesystem::file_size(svg) > 1000;
   std::filesystem::remove_all(dir);
+  return ok;
+}
+
+TEST_CASE("planner: op-level DOT draws the repeated block once") {
+  for (const std::string name : {"tiny-llama", "llama-3.2-1b"}) {
+    INFO(name);
+    const Plan p = make_plan(name, name[0] == 't' ? 8 : 132);
+    const auto& ops = p.program.ops;
+    const int layers = p.program.model->layers;
+    const size_t per_layer = std::count_if(ops.begin(), ops.end(), [](const auto& op) { return op.layer == 0; });
+    const size_t outside = std::count_if(ops.begin(), ops.end(), [](const auto& op) { return op.layer < 0; });
+    const std::string dot = dot_of(p, {});
+    CHECK(dot.rfind("digraph", 0) == 0);
+    // One cluster marked with the layer count, one node per op of the block, the others once.
+    CHECK(count(dot, "subgraph cluster_") == 1);
+    CHECK(contains(dot, "label=\"× " + std::to_string(layers) + " (layers 0–" + std::to_string(layers - 1) + ")\""));
+    CHECK_FALSE(contains(dot, "cluster_layer"));
+    CHECK(std::regex_search(dot, std::regex("\n    k[0-9]+ \\[label=\"qkv\\{0\\.\\." + std::to_string(layers - 1) + "\\}\\\\nmatvec")));
+    const std::regex block_node("\n    k[0-9]+ \\[");
+    CHECK(std::distance(std::sregex_iterator(dot.begin(), dot.end(), block_node), std::sregex_iterator()) == per_layer);
+    CHECK(count(dot, "\n    op") == outside);
+    // Dataflow (a residual whose wait another implies) and wait edges; labels summarised.
+    CHECK(contains(dot, "class=\"wait\""));
+    CHECK(contains(dot, "class=\"dataflow\""));
+    CHECK(contains(dot, "residual\\n(wait implied)"));
+    CHECK(contains(dot, "qkv: 48 chunks, targets") == (name[0] == 'l'));
+    CHECK(std::regex_search(dot, std::regex("in: [0-9]+ chunks?, target [0-9]+")));
+    CHECK_FALSE(std::regex_search(dot, std::regex("c[0-9]+ = [0-9]+")));
+    // Into the block from the embedding, out of it to the LM head, and layer to layer, once each.
+    CHECK(contains(dot, "→ layer 0"));
+    CHECK(contains(dot, "from layer " + std::to_string(layers - 1)));
+    CHECK(count(dot, "next layer: in:") == 1);
+    CHECK(count(dot, "shape=cylinder") == 2);  // the k and v caches
+    CHECK(renders(dot, name));
+  }
+}
+
+TEST_CASE("planner: --dot-expand draws every layer, labels break lines with DOT's \\n") {
+  const Plan p = make_plan("tiny-llama", 8);
+  mk::planner::DotOptions o;
+  o.expand = true;
+  const std::string dot = dot_of(p, o);
+  CHECK(contains(dot, "cluster_layer0"));
+  CHECK(contains(dot, "cluster_layer2"));
+  CHECK_FALSE(contains(dot, "cluster_layer3"));
+  CHECK(count(dot, "\n    op") == p.program.ops.size());
+  CHECK(contains(dot, "op20 [label=\"next_token\\nargmax × 1 task\""));
+  CHECK(contains(dot, "[label=\"x0\\nembed × 4 tasks\""));
+  CHECK_FALSE(contains(dot, "\\\\n"));
+  // The argmax waits for the LM head's one counter of target 8.
+  CHECK(contains(dot, "op19 -> op20 [label=\"in: 1 chunk, target 8\", style=solid"));
+  CHECK(count(dot, "shape=cylinder") == 6);
+  CHECK(renders(dot, "expand"));
+}
+
+TEST_CASE("planner: task-level DOT, whole and filtered by layers and ops") {
+  const Plan p = make_plan("tiny-llama", 8);
+  mk::planner::DotOptions o;
+  o.level = mk::planner::DotLevel::task;
+  const std::string all = dot_of(p, o);
+  CHECK(count(all, "\n    t") == p.tasks.size());
+  CHECK(contains(all, "t" + std::to_string(p.tasks.size() - 1) + " [label=\"next_token[0]\\nSM "));
+  CHECK(count(all, " [shape=ellipse") == p.counters.size());
+  CHECK(count(all, "class=\"wait\"") == p.schedule.waits.size());
+  CHECK(count(all, "class=\"signal\"") == p.schedule.signals.size());
+  CHECK(renders(all, "task"));
+
+  o.first_layer = o.last_layer = 1;
+  const std::string layer = dot_of(p, o);
+  size_t tasks = 0;
+  for (const auto& t : p.tasks) tasks += p.program.ops[t.op].layer == 1;
+  CHECK(count(layer, "\n    t") == tasks);
+  CHECK(contains(layer, "layers 1–1"));
+  CHECK(renders(layer, "layer1"));
+
+  o.ops = {"attn*", "embed"};  // embed is outside the block: drawn because it is named
+  const std::string some = dot_of(p, o);
+  tasks = 0;
+  for (const auto& t : p.tasks) {
+    const auto& op = p.program.ops[t.op];
+    tasks += (op.layer == 1 && op.name.rfind("attn", 0) == 0) || op.opcode == mk::schedule::Opcode::embed;
+  }
+  CHECK(count(some, "\n    t") == tasks);
+  CHECK(contains(some, "cluster_op0 "));
 }
 
 // ---- a real model ----

@@ -1,22 +1,30 @@
-// The trace writers (device/trace.cpp) on a planned schedule with made-up timings.
+// The trace writers (device/trace.cpp) on a planned schedule with made-up timings, with hostile
+// op names, and the emulator's logical-clock trace.
 #include <doctest/doctest.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
+#include "device/runtime.hpp"
 #include "device/trace.hpp"
+#include "device/weights.hpp"
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
 #include "tests/temp_dir.hpp"
 
-TEST_CASE("trace: Chrome JSON, SVG and summary describe every instruction") {
-  const auto model = mk::dsl::parse_file(std::string(MK_SOURCE_DIR) + "/examples/tiny-llama.yaml");
+namespace {
+
+mk::planner::Plan tiny_plan(uint32_t sms) {
+  static const auto model = mk::dsl::parse_file(std::string(MK_SOURCE_DIR) + "/examples/tiny-llama.yaml");
   mk::planner::PlanOptions options;
-  options.sm_count = 4;
-  const auto plan = mk::planner::plan(model, options);
-  const mk::schedule::Schedule& s = plan.schedule;
-  // Each instruction waits 1 us and runs 2 us; matvecs carry both phase marks.
+  options.sm_count = sms;
+  return mk::planner::plan(model, options);
+}
+
+// Each instruction waits 1 us and runs 2 us; matvecs carry both phase marks.
+std::vector<mk::device::TraceEvent> made_up_events(const mk::schedule::Schedule& s) {
   std::vector<mk::device::TraceEvent> events(s.instructions.size());
   for (uint32_t sm = 0; sm < s.sm_count; ++sm)
     for (uint32_t i = s.sm_offsets[sm]; i < s.sm_offsets[sm + 1]; ++i) {
@@ -24,30 +32,141 @@ TEST_CASE("trace: Chrome JSON, SVG and summary describe every instruction") {
       const bool matvec = s.instructions[i].opcode == static_cast<uint16_t>(mk::schedule::Opcode::matvec);
       events[i] = {t, t + 1000, t + 3000, {matvec ? t + 1500 : 0, matvec ? t + 2500 : 0}};
     }
+  return events;
+}
+
+std::string slurp(const std::string& path) {
+  std::stringstream text;
+  text << std::ifstream(path).rdbuf();
+  return text.str();
+}
+
+size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("trace: Chrome JSON, SVG and summary describe every instruction") {
+  const auto plan = tiny_plan(4);
+  const mk::schedule::Schedule& s = plan.schedule;
+  const auto events = made_up_events(s);
   mk::test::TempDir dir("mk_test_trace");
   const std::string json_path = (dir.path / "t.json").string(), svg_path = (dir.path / "t.svg").string();
   mk::device::write_chrome_trace(s, events, json_path);
   mk::device::write_trace_svg(s, events, svg_path);
 
   const auto json = nlohmann::json::parse(std::ifstream(json_path));
-  size_t runs = 0, waits = 0;
+  size_t runs = 0, waits = 0, lanes = 0;
   for (const auto& e : json["traceEvents"]) {
+    if (e["ph"] == "M") {
+      lanes += e["name"] == "thread_name";
+      continue;
+    }
     CHECK(e["ph"] == "X");
     CHECK(e["tid"].get<uint32_t>() < s.sm_count);
     (e["cat"] == "wait" ? waits : runs) += 1;
     if (e["cat"] != "wait") CHECK(e["dur"].get<double>() == doctest::Approx(2.0));
   }
+  CHECK(lanes == s.sm_count);
   CHECK(runs == s.instructions.size());
   CHECK(waits == s.instructions.size());
 
-  std::stringstream svg;
-  svg << std::ifstream(svg_path).rdbuf();
-  size_t titles = 0;
-  for (size_t at = svg.str().find("<title>"); at != std::string::npos; at = svg.str().find("<title>", at + 1)) ++titles;
-  CHECK(titles == s.instructions.size());
+  const std::string svg = slurp(svg_path);
+  CHECK(count(svg, "<title>") == s.instructions.size());
+  // A time axis in us, SM labels, a mark per layer, one legend entry per op kind and the waits.
+  CHECK(svg.find("time (us)") != std::string::npos);
+  CHECK(svg.find(">SM 3</text>") != std::string::npos);
+  for (const char* layer : {">L0<", ">L1<", ">L2<"}) CHECK(svg.find(layer) != std::string::npos);
+  for (const char* entry : {">x0 (embed)<", ">qkv{0..2} (matvec)<", ">x{1..3} (matvec)<", ">logits (matvec)<",
+                            ">attn_part{0..2} (attention)<", ">waiting on counters<"})
+    CHECK(svg.find(entry) != std::string::npos);
+  CHECK(count(svg, "url(#wait)") == s.instructions.size() + 1);
 
   const std::string summary = mk::device::trace_summary(s, events);
   for (const char* op : {"embed", "matvec", "attention", "attn_reduce", "argmax"}) CHECK(summary.find(op) != std::string::npos);
   CHECK(summary.find("wait 1 us, run 2 us") != std::string::npos);
   CHECK(summary.find("0.5 us to phase 1, 1 us to phase 2, 0.5 us to the signal") != std::string::npos);
+}
+
+TEST_CASE("trace: hostile op names give valid JSON and SVG") {
+  auto plan = tiny_plan(4);
+  mk::schedule::Schedule s = plan.schedule;
+  const std::vector<std::string> names = {"q\"uote", "back\\slash", "new\nline\ttab\x01\x1f", "ünï名🙂", "<&>'", "\xff\xfe bad utf-8"};
+  for (size_t i = 0; i < s.ops.size(); ++i) s.ops[i].name = names[i % names.size()] + std::to_string(i);
+  const auto events = made_up_events(s);
+  mk::test::TempDir dir("mk_test_trace_names");
+  const std::string json_path = (dir.path / "t.json").string(), svg_path = (dir.path / "t.svg").string();
+  mk::device::TraceOptions opt;
+  opt.title = "title \"with\" <markup> & \\ ü";
+  mk::device::write_chrome_trace(s, events, json_path, opt);
+  mk::device::write_trace_svg(s, events, svg_path, opt);
+  nlohmann::json json;
+  REQUIRE_NOTHROW(json = nlohmann::json::parse(std::ifstream(json_path)));
+  std::set<std::string> seen;
+  for (const auto& e : json["traceEvents"])
+    if (e["ph"] == "X" && e["cat"] != "wait") seen.insert(e["name"].get<std::string>());
+  for (size_t i = 0; i < s.ops.size(); ++i)
+    if (i % names.size() != 5) CHECK(seen.count(s.ops[i].name) == 1);  // valid UTF-8 comes back unchanged
+  CHECK(seen.size() == s.ops.size());
+  CHECK(json["traceEvents"][0]["args"]["name"] == opt.title);
+
+  const std::string svg = slurp(svg_path);
+  CHECK(svg.find("&lt;&amp;&gt;&apos;") != std::string::npos);
+  CHECK(svg.find("<&>") == std::string::npos);
+  CHECK(svg.find("title &quot;with&quot; &lt;markup&gt; &amp;") != std::string::npos);
+  CHECK(svg.find("ünï名🙂") != std::string::npos);
+  CHECK(svg.find("\xff") == std::string::npos);
+  for (char c = 1; c < 0x20; ++c)
+    if (c != '\n' && c != '\t') CHECK(svg.find(c) == std::string::npos);  // the rest is not allowed in XML
+}
+
+TEST_CASE("trace: the emulator's logical clock, the same in any execution order") {
+  const auto plan = tiny_plan(8);
+  const mk::schedule::Schedule& s = plan.schedule;
+  mk::test::TempDir dir("mk_test_trace_emulator");
+  mk::device::write_random_checkpoint(s, dir.path, 3);
+  const auto ckpt = mk::device::Checkpoint::open(dir.path);
+  std::vector<mk::device::TraceEvent> traces[2];
+  for (int k = 0; k < 2; ++k) {
+    mk::device::RuntimeOptions opt;
+    opt.max_context = 4;
+    opt.order = k ? mk::device::Order::shuffled : mk::device::Order::deterministic;
+    opt.seed = 7;
+    auto backend = mk::device::make_emulator_backend(s, ckpt, opt);
+    CHECK(backend->trace_is_logical());
+    backend->step(1, 0);
+    CHECK(backend->trace().empty());  // off until asked
+    backend->enable_trace(true);
+    backend->step(2, 1);
+    traces[k] = backend->trace();
+  }
+  const auto& ev = traces[0];
+  REQUIRE(ev.size() == s.instructions.size());
+  std::vector<uint64_t> signalled(s.counter_count, 0);
+  for (uint32_t i = 0; i < ev.size(); ++i)
+    for (uint32_t c : s.signals_of(s.instructions[i])) signalled[c] = std::max(signalled[c], ev[i].end);
+  uint64_t span = 0;
+  for (uint32_t sm = 0; sm < s.sm_count; ++sm)
+    for (uint32_t i = s.sm_offsets[sm]; i < s.sm_offsets[sm + 1]; ++i) {
+      CHECK(ev[i].start == (i == s.sm_offsets[sm] ? 0 : ev[i - 1].end));  // right after its SM's previous one
+      uint64_t ready = ev[i].start;
+      for (const auto& w : s.waits_of(s.instructions[i])) ready = std::max(ready, signalled[w.counter]);
+      CHECK(ev[i].ready == ready);  // when its last awaited signal landed
+      CHECK(ev[i].end == ev[i].ready + 1000);  // one tick
+      span = std::max(span, ev[i].end);
+    }
+  CHECK(span >= 1000 * plan.stats.critical_path_tasks);
+  for (size_t i = 0; i < ev.size(); ++i) {
+    CHECK(traces[1][i].start == ev[i].start);
+    CHECK(traces[1][i].end == ev[i].end);
+  }
+  mk::device::TraceOptions opt;
+  opt.logical = true;
+  CHECK(mk::device::trace_summary(s, ev, opt).find("ticks (logical clock: one tick per instruction)") != std::string::npos);
+  const std::string svg_path = (dir.path / "e.svg").string();
+  mk::device::write_trace_svg(s, ev, svg_path, opt);
+  CHECK(slurp(svg_path).find("time (logical ticks)") != std::string::npos);
 }

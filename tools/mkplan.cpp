@@ -1,7 +1,9 @@
 // mkplan: YAML model -> verified binary schedule (+ Graphviz of its dependencies).
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 
@@ -28,8 +30,48 @@ int main(int argc, char** argv) {
   app.add_option("--dot-level", dot_level, "DOT detail: op (one node per op) or task (one node per task)")
       ->capture_default_str()
       ->check(CLI::IsMember({"op", "task"}));
+  bool dot_expand = false;
+  std::string dot_layers, dot_ops;
+  app.add_flag("--dot-expand", dot_expand, "op level: draw every layer instead of the repeated block once");
+  app.add_option("--dot-layers", dot_layers, "task level: only the tasks of layers A-B (or one layer A)");
+  app.add_option("--dot-ops", dot_ops,
+                 "task level: only the tasks of these ops (comma-separated globs over op names and opcodes, e.g. 'qkv*,attention')");
   app.add_flag("-q,--quiet", quiet, "print nothing on success");
   if (const auto code = mk::tools::parse(app, argc, argv, "mkplan")) return *code;
+
+  mk::planner::DotOptions dot_options;
+  dot_options.level = dot_level == "op" ? mk::planner::DotLevel::op : mk::planner::DotLevel::task;
+  dot_options.expand = dot_expand;
+  if ((!dot_layers.empty() || !dot_ops.empty()) && dot_options.level != mk::planner::DotLevel::task) {
+    std::cerr << "mkplan: --dot-layers and --dot-ops select tasks; add --dot-level task\n";
+    return 1;
+  }
+  if (dot_expand && dot_options.level != mk::planner::DotLevel::op) {
+    std::cerr << "mkplan: --dot-expand is for --dot-level op\n";
+    return 1;
+  }
+  if (!dot_layers.empty()) {
+    const auto dash = dot_layers.find('-');
+    try {
+      size_t used = 0;
+      const std::string a = dot_layers.substr(0, dash), b = dash == std::string::npos ? a : dot_layers.substr(dash + 1);
+      dot_options.first_layer = std::stoi(a, &used);
+      if (used != a.size()) throw std::invalid_argument(a);
+      dot_options.last_layer = std::stoi(b, &used);
+      if (used != b.size()) throw std::invalid_argument(b);
+    } catch (const std::exception&) {
+      dot_options.first_layer = -1;
+    }
+    if (dot_options.first_layer < 0 || dot_options.last_layer < dot_options.first_layer) {
+      std::cerr << "mkplan: --dot-layers '" << dot_layers << "': expected A-B with 0 <= A <= B, or one layer A\n";
+      return 1;
+    }
+  }
+  for (size_t at = 0; !dot_ops.empty() && at <= dot_ops.size();) {
+    const size_t comma = std::min(dot_ops.find(',', at), dot_ops.size());
+    if (comma > at) dot_options.ops.push_back(dot_ops.substr(at, comma - at));
+    at = comma + 1;
+  }
 
   try {
     const auto start = std::chrono::steady_clock::now();
@@ -41,10 +83,15 @@ int main(int argc, char** argv) {
     const size_t bytes = mk::schedule::serialize(plan.schedule).size();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!dot_path.empty()) {  // before the schedule, so a bad --dot path leaves no half-done output
+      std::ostringstream text;  // a selection of no task is refused before the file is touched
+      const auto stats = mk::planner::write_dot(plan, text, dot_options);
       std::ofstream dot(dot_path);
       if (!dot) throw std::runtime_error(dot_path + ": cannot open for writing");
-      mk::planner::write_dot(plan, dot, dot_level == "op" ? mk::planner::DotLevel::op : mk::planner::DotLevel::task);
+      dot << text.str();
       if (!dot) throw std::runtime_error(dot_path + ": write failed");
+      if (dot_options.level == mk::planner::DotLevel::task && stats.nodes + stats.edges > 20000)
+        std::cerr << "mkplan: warning: " << dot_path << " has " << stats.nodes << " nodes and " << stats.edges
+                  << " edges; Graphviz will take minutes or fail on it. Pick a few layers and ops: --dot-layers 0-1 --dot-ops 'qkv*,attn*'\n";
     }
     mk::schedule::write_file(plan.schedule, out_path);
     if (!quiet) {

@@ -55,11 +55,17 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"deterministic", "shuffled"}));
   app.add_option("--seed", seed, "seed for --order shuffled")->capture_default_str();
+  std::string trace;
+  app.add_option("--trace", trace,
+                 "trace the last step: writes PREFIX.json (Chrome/Perfetto) and PREFIX.svg (one lane per SM), prints where the "
+                 "time went; on the GPU in us, on the emulator on a logical clock (one tick per instruction)");
   if (const auto code = mk::tools::parse(app, argc, argv, "mkrun")) return *code;
 
   try {
     const std::vector<int32_t> ids = parse_ids(prompt);
     if (!dump.empty() && !std::ofstream(dump)) throw std::runtime_error(dump + ": cannot open for writing");
+    for (const char* ext : {".json", ".svg"})
+      if (!trace.empty() && !std::ofstream(trace + ext)) throw std::runtime_error(trace + ext + ": cannot open for writing");
     const mk::schedule::Schedule schedule = mk::schedule::read_file(schedule_path);
     const mk::device::Checkpoint ckpt = mk::device::Checkpoint::open(weights_path);
     mk::device::check_weights(schedule, ckpt);
@@ -82,6 +88,8 @@ int main(int argc, char** argv) {
     gen.prompt = ids;
     gen.tokens = tokens;
     gen.keep_logits = !dump.empty();
+    // Every step records its trace (steps run in chunks on the device); the last one is kept.
+    if (!trace.empty()) backend->enable_trace(true);
     auto last_report = std::chrono::steady_clock::now();
     const auto start = last_report;
     gen.on_step = [&](uint32_t done, uint32_t all, int32_t) {
@@ -103,6 +111,17 @@ int main(int argc, char** argv) {
     if (tokens > 1 && ids.size() > 1)
       std::cout << "decode after the prompt: " << decode_steps << " steps, " << r.decode_seconds * 1e6 / decode_steps
                 << " us/token at context " << ids.size() << ".." << r.steps << "\n";
+    if (!trace.empty()) {
+      mk::device::TraceOptions topt;
+      topt.logical = backend->trace_is_logical();
+      topt.title = schedule_path + ": the step at position " + std::to_string(r.steps - 1) + " on " + backend->name() +
+                   (topt.logical ? " (logical clock)" : "");
+      const std::vector<mk::device::TraceEvent> events = backend->trace();
+      std::cout << mk::device::trace_summary(schedule, events, topt);
+      mk::device::write_chrome_trace(schedule, events, trace + ".json", topt);
+      mk::device::write_trace_svg(schedule, events, trace + ".svg", topt);
+      std::cout << "wrote " << trace << ".json and " << trace << ".svg\n";
+    }
     if (!dump.empty()) {
       mk::device::write_npy(dump, r.logits);
       std::cout << "wrote " << dump << ": [" << r.logits.size() << ", " << (r.logits.empty() ? 0 : r.logits[0].size())

@@ -36,6 +36,9 @@ class CudaBackend : public Backend {
     return out;
   }
 
+  void enable_trace(bool on) override { exec_.enable_trace(on); }
+  std::vector<TraceEvent> trace() override { return exec_.read_trace(); }
+
  private:
   const schedule::Schedule& s_;
   CudaExecutor exec_;

@@ -17,6 +17,7 @@ enum class RopeScaling : uint32_t { none = 0, llama3 = 1 };
 // out layout [kv_heads][kv_splits][rep][head_dim + 2]: the unnormalised output, then the
 // running max m and the sum l of exp(score - m) (log-sum-exp partials for attn_reduce).
 struct AttentionPayload {
+  static constexpr const char* kColour = "#59a14f";  // green: this op in the DOT graph and the trace
   uint32_t qkv;      // activation f32 [(heads + 2*kv_heads) * head_dim]: q | k | v
   uint32_t q_norm;   // weight bf16 [head_dim] or kNone
   uint32_t k_norm;   // weight bf16 [head_dim] or kNone

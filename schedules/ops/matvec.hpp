@@ -10,6 +10,7 @@ enum class MatvecAct : uint32_t { none = 0, silu_mul = 1 };
 // out[r] = y[r] (+ residual[r]). act silu_mul: weight[0] is gate, weight[1] is up and
 // out[r] = silu(gate_r · x) * (up_r · x).
 struct MatvecPayload {
+  static constexpr const char* kColour = "#4e79a7";  // blue: this op in the DOT graph and the trace
   uint32_t in;        // activation f32 [cols]
   uint32_t norm;      // weight bf16 [cols] or kNone
   uint32_t out;       // activation f32 [rows]

@@ -253,3 +253,31 @@ TEST_CASE("a schedule planned for another SM count is refused with a way out") {
   }
   CHECK(message.find("mkplan --sms " + std::to_string(sms)) != std::string::npos);
 }
+
+TEST_CASE("the CUDA backend traces a step (mkrun --trace): every instruction, in order on its SM") {
+  const int sms = device::cuda_device_sm_count();
+  const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/tiny-llama.yaml");
+  const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
+  const schedule::Schedule& s = plan.schedule;
+  TempDir dir("trace");
+  device::write_random_checkpoint(s, dir.path, 11);
+  const device::Checkpoint ckpt = device::Checkpoint::open(dir.path);
+  device::RuntimeOptions ro;
+  ro.max_context = 8;
+  auto gpu = device::make_cuda_backend(s, ckpt, ro);
+  CHECK_FALSE(gpu->trace_is_logical());
+  gpu->step(3, 0);
+  gpu->enable_trace(true);
+  gpu->step(4, 1);
+  const std::vector<device::TraceEvent> ev = gpu->trace();
+  REQUIRE(ev.size() == s.instructions.size());
+  for (uint32_t sm = 0; sm < s.sm_count; ++sm)
+    for (uint32_t i = s.sm_offsets[sm]; i < s.sm_offsets[sm + 1]; ++i) {
+      CHECK(ev[i].start <= ev[i].ready);
+      CHECK(ev[i].ready <= ev[i].end);
+      if (i > s.sm_offsets[sm]) CHECK(ev[i - 1].end <= ev[i].start);
+    }
+  device::write_chrome_trace(s, ev, (dir.path / "t.json").string());
+  device::write_trace_svg(s, ev, (dir.path / "t.svg").string());
+  MESSAGE(device::trace_summary(s, ev));
+}
