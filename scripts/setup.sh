@@ -3,7 +3,8 @@
 # CUDA is used when nvcc is found; set MK_CUDA=OFF to skip it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-packages=(cmake g++ make libyaml-cpp-dev libboost-graph-dev libcli11-dev doctest-dev nlohmann-json3-dev graphviz)
+packages=(cmake g++ make libyaml-cpp-dev libboost-graph-dev libcli11-dev doctest-dev nlohmann-json3-dev graphviz
+          libpcre2-dev libutf8proc-dev)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
