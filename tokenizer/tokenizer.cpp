@@ -920,6 +920,7 @@ std::optional<int32_t> Tokenizer::eos_id() const { return impl_->eos; }
 const std::string& Tokenizer::chat_template() const { return impl_->chat_template; }
 
 std::string StreamDecoder::push(int32_t id) {
+  if (id < 0 || static_cast<uint32_t>(id) >= t_.vocab_size()) return "";  // a model's padding ids
   if (opt_.skip_special && t_.is_special(id)) return "";
   pending_ += t_.token_bytes(id);
   const size_t n = utf8::complete_prefix(pending_);

@@ -69,7 +69,8 @@ class Tokenizer {
 };
 
 // Incremental decoding for streaming: feed token ids, get the text that is complete so far
-// (a trailing incomplete UTF-8 sequence is held back until a later token completes it).
+// (a trailing incomplete UTF-8 sequence is held back until a later token completes it). Ids
+// beyond the tokenizer's vocabulary (models pad theirs) give no text.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& t, DecodeOptions o = {}) : t_(t), opt_(o) {}

@@ -21,6 +21,25 @@ for (const model of ["llama3_1", "qwen3", "llama2"]) {
     const decoded = tokenizer.decode(ids, { clean_up_tokenization_spaces: false });
     return { ids, decoded };
   });
+  // Chat prompts, rendered by the reference's Jinja engine from the model's own chat_template.
+  if (model !== "llama2") {
+    const chats = [];
+    for (const [system, user] of [[null, "Write a haiku about GPUs"], ["You are terse.", "  Hi there!\n"],
+                                  ["Système: réponds en français.", "日本語で答えて 🎉"]]) {
+      const messages = system === null ? [] : [{ role: "system", content: system }];
+      messages.push({ role: "user", content: user });
+      let text;
+      try {
+        text = tokenizer.apply_chat_template(messages, { tokenize: false, add_generation_prompt: true });
+      } catch (e) {
+        // The reference's Jinja engine cannot parse Qwen3's template; test_tokenizer.cpp spells it out.
+        console.log(`${model}: no chat golden (${e.message})`);
+        break;
+      }
+      chats.push({ system, user, text, ids: tokenizer.encode(text, { add_special_tokens: false }) });
+    }
+    if (chats.length) fs.writeFileSync(path.join(here, "golden", model + "-chat.json"), JSON.stringify(chats, null, 1) + "\n");
+  }
   const file = path.join(here, "golden", model + ".json");
   fs.writeFileSync(file, "[\n" + out.map((x) => JSON.stringify(x)).join(",\n") + "\n]\n");
   console.log(`wrote ${file}: ${out.length} entries`);
