@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/chat.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "tokenizer/utf8.hpp"
 
@@ -231,4 +232,41 @@ TEST_CASE("tokenizer: configurations that are not supported are named") {
   CHECK_THROWS_WITH_AS(Tokenizer::from_json("{", "", "x/tokenizer.json"), doctest::Contains("x/tokenizer.json: not valid JSON"),
                        mk::tok::TokenizerError);
   CHECK_THROWS_WITH_AS(Tokenizer::load("/nonexistent"), doctest::Contains("tokenizer.json: not found"), mk::tok::TokenizerError);
+}
+
+TEST_CASE("chat: Llama-3 header format as the reference renders the model's template") {
+  const Tokenizer& t = real("llama3_1");
+  CHECK(mk::tok::detect_chat_format(t) == mk::tok::ChatFormat::llama3);
+  const json golden = json::parse(slurp(kDir / "golden" / "llama3_1-chat.json"));
+  REQUIRE(golden.size() == 3);
+  for (const json& g : golden) {
+    const std::optional<std::string> system = g.at("system").is_null() ? std::nullopt : std::optional(g.at("system").get<std::string>());
+    const mk::tok::Chat c = mk::tok::make_chat(t, g.at("user").get<std::string>(), system);
+    CHECK(c.text == g.at("text").get<std::string>());
+    CHECK(c.ids == g.at("ids").get<std::vector<int32_t>>());
+    CHECK(c.end_ids == std::vector<int32_t>{128009});
+  }
+}
+
+TEST_CASE("chat: ChatML for Qwen3, as its template writes it") {
+  const Tokenizer& t = real("qwen3");
+  CHECK(mk::tok::detect_chat_format(t) == mk::tok::ChatFormat::chatml);
+  const mk::tok::Chat a = mk::tok::make_chat(t, "Write a haiku about GPUs", std::nullopt);
+  CHECK(a.text == "<|im_start|>user\nWrite a haiku about GPUs<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(a.ids.front() == 151644);
+  CHECK(a.ids.back() == 198);  // "\n"
+  CHECK(a.end_ids == std::vector<int32_t>{151645});
+  const mk::tok::Chat b = mk::tok::make_chat(t, "Hi", std::string("Be brief."));
+  CHECK(b.text == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(b.ids == t.encode(b.text));
+}
+
+TEST_CASE("chat: a template that is neither format is a clear error") {
+  const json base = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}}};
+  CHECK_THROWS_WITH_AS(mk::tok::detect_chat_format(tiny(base, {{"chat_template", "{{ messages }}"}})),
+                       doctest::Contains("not a format --chat knows"), mk::tok::TokenizerError);
+  CHECK_THROWS_WITH_AS(mk::tok::detect_chat_format(tiny(base)), doctest::Contains("does not know this model's chat format"),
+                       mk::tok::TokenizerError);
+  CHECK_THROWS_WITH_AS(mk::tok::make_chat(real("llama2"), "Hi", std::nullopt), doctest::Contains("--chat"),
+                       mk::tok::TokenizerError);
 }
