@@ -270,3 +270,19 @@ TEST_CASE("chat: a template that is neither format is a clear error") {
   CHECK_THROWS_WITH_AS(mk::tok::make_chat(real("llama2"), "Hi", std::nullopt), doctest::Contains("--chat"),
                        mk::tok::TokenizerError);
 }
+
+TEST_CASE("tokenizer: GPT-2 style ByteLevel (regex, prefix space) and Metaspace pipelines") {
+  const json gpt2 = {{"model", {{"type", "BPE"}, {"vocab", {{"\xC4\xA0", 0}, {"h", 1}, {"i", 2}, {"\xC4\xA0h", 3}}}, {"merges", {"\xC4\xA0 h"}}}},
+                     {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", true}}},
+                     {"decoder", {{"type", "ByteLevel"}}}};
+  const Tokenizer g = tiny(gpt2);
+  CHECK(g.encode("hi hi") == std::vector<int32_t>{3, 2, 3, 2});
+  CHECK(g.decode({3, 2, 3, 2}) == " hi hi");
+  const json sp = {{"model", {{"type", "BPE"}, {"vocab", {{"\xE2\x96\x81", 0}, {"a", 1}, {"b", 2}, {"\xE2\x96\x81" "a", 3}}},
+                              {"merges", {"\xE2\x96\x81 a"}}}},
+                   {"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", "always"}, {"split", true}}},
+                   {"decoder", {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", "always"}}}};
+  const Tokenizer m = tiny(sp);
+  CHECK(m.encode("a b") == std::vector<int32_t>{3, 0, 2});
+  CHECK(m.decode({3, 0, 2}) == "a b");
+}

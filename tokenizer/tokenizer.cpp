@@ -244,11 +244,10 @@ void parse_normalizer(const json& j, std::vector<Normalizer>& out, const std::st
 // ---- pre-tokenizers --------------------------------------------------------------------------
 
 struct PreTokenizer {
-  enum Kind { split, byte_level, metaspace } kind;
+  enum Kind { split, prefix_space, byte_level, metaspace } kind;
   explicit PreTokenizer(Kind k) : kind(k) {}
   std::shared_ptr<Regex> regex;    // split; byte_level with use_regex
   enum Behavior { isolated, removed, merged_with_previous, merged_with_next } behavior = isolated;
-  bool add_prefix_space = false;   // byte_level
   std::string replacement;         // metaspace
   enum Prepend { always, first, never } prepend = always;
   bool metaspace_split = true;
@@ -285,21 +284,13 @@ void parse_pre_tokenizer(const json& j, std::vector<PreTokenizer>& out, const st
     if (j.value("use_regex", true)) {
       PreTokenizer p{PreTokenizer::split};
       p.regex = std::make_shared<Regex>(kGpt2Pattern, where);
-      PreTokenizer b{PreTokenizer::byte_level};
-      b.add_prefix_space = j.value("add_prefix_space", false);
-      if (b.add_prefix_space) {  // the prefix space goes in before the regex split
-        PreTokenizer space{PreTokenizer::byte_level};
-        space.add_prefix_space = true;
-        space.replacement = "prefix-only";
-        out.push_back(std::move(space));
-      }
+      // The prefix space goes in before the regex split, the byte mapping after it.
+      if (j.value("add_prefix_space", false)) out.emplace_back(PreTokenizer::prefix_space);
       out.push_back(std::move(p));
-      b.add_prefix_space = false;
-      out.push_back(std::move(b));
+      out.emplace_back(PreTokenizer::byte_level);
     } else {
-      PreTokenizer b{PreTokenizer::byte_level};
-      b.add_prefix_space = j.value("add_prefix_space", false);
-      out.push_back(std::move(b));
+      if (j.value("add_prefix_space", false)) out.emplace_back(PreTokenizer::prefix_space);
+      out.emplace_back(PreTokenizer::byte_level);
     }
   } else if (type == "Metaspace") {
     PreTokenizer p{PreTokenizer::metaspace};
@@ -347,12 +338,11 @@ void pre_tokenize(const PreTokenizer& p, std::vector<std::string>& pieces, bool 
         if (!rest.empty()) out.push_back(std::move(rest));
         break;
       }
+      case PreTokenizer::prefix_space:  // ByteLevel's add_prefix_space
+        if (s.empty() || s[0] != ' ') s.insert(s.begin(), ' ');
+        out.push_back(std::move(s));
+        break;
       case PreTokenizer::byte_level: {
-        if (p.add_prefix_space && (s.empty() || s[0] != ' ')) s.insert(s.begin(), ' ');
-        if (p.replacement == "prefix-only") {
-          out.push_back(std::move(s));
-          break;
-        }
         const ByteAlphabet& a = byte_alphabet();
         std::string m;
         m.reserve(s.size() * 2);

@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     gen.stop = [&](int32_t t) { return stop_ids.count(t) != 0; };
     gen.on_step = [&](uint32_t done, uint32_t all, int32_t t) {
       if (stream) {  // text mode: stream the generated text, no progress line
-        if (done < ids.size() || stop_ids.count(t)) return;
+        if (done < ids.size() || tokens == 0 || stop_ids.count(t)) return;
         const std::string piece = stream->push(t);
         generated_text += piece;
         if (!as_json) std::cout << piece << std::flush;
