@@ -225,6 +225,37 @@ check_text_errors() {
   finish "mkrun text errors: --system without --chat, --chat with ids, two prompts, no tokenizer, unknown chat template, bad eos, missing file"
 }
 
+check_sampling() {
+  begin
+  sed 's/{op: argmax, in: logits, out: next_token}/{op: sample, in: logits, out: next_token}/' "$ROOT/examples/tiny-llama.yaml" >sample.yaml
+  "$MKPLAN" "$ROOT/examples/tiny-llama.yaml" -o argmax.bin --sms 4 -q >/dev/null 2>&1
+  "$MKPLAN" sample.yaml -o sample.bin --sms 4 -q >/dev/null 2>&1
+  "$BUILD/mkweights" argmax.bin -o wr --seed 3 >/dev/null 2>&1
+  run "$MKRUN" argmax.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --tokens 8
+  local greedy
+  greedy=$(head -1 stdout)
+  run "$MKRUN" sample.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --tokens 8
+  expect "sample op at temperature 0 gives '$(head -1 stdout)', argmax '$greedy'" test "$(head -1 stdout)" == "$greedy"
+  run "$MKRUN" sample.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --tokens 8 --temperature 1000 --seed 1
+  local first
+  first=$(head -1 stdout)
+  expect "--temperature 1000: exit $RC" rc_is 0
+  expect "--temperature 1000 gives the greedy tokens" test "$first" != "$greedy"
+  run "$MKRUN" sample.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --tokens 8 --temperature 1000 --seed 1 --order shuffled
+  expect "the same seed gave '$(head -1 stdout)', then '$first'" test "$(head -1 stdout)" == "$first"
+  run "$MKRUN" sample.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --tokens 8 --temperature 1000 --seed 2
+  expect "another seed gave the same tokens" test "$(head -1 stdout)" != "$first"
+  run "$MKRUN" sample.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --tokens 8 --temperature 1000 --seed 2 --top-k 1
+  expect "--top-k 1 is not greedy: '$(head -1 stdout)'" test "$(head -1 stdout)" == "$greedy"
+  run "$MKRUN" argmax.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --temperature 0.8
+  clean_error mkrun "decodes greedily .*op: sample"
+  run "$MKRUN" sample.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --top-p 1.5
+  clean_error mkrun "--top-p must be in"
+  run "$MKRUN" sample.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --top-k 513 --temperature 1
+  clean_error mkrun "larger than the vocabulary"
+  finish "mkrun --temperature/--top-k/--seed on a schedule with a sample op: greedy at 0, reproducible per seed"
+}
+
 check_mktoken
 check_mktoken_real
 check_mktoken_errors
@@ -235,6 +266,7 @@ check_eos_from_config
 check_json
 check_prompt_ids_unchanged
 check_text_errors
+check_sampling
 
 echo "$PASSED passed, $FAILED failed"
 [[ $FAILED -eq 0 ]]

@@ -9,6 +9,7 @@
 #include "tools/cli.hpp"
 
 #include "device/runtime.hpp"
+#include "schedules/ops/sample.hpp"
 #include "tools/mkrun_text.hpp"
 
 namespace {
@@ -69,7 +70,12 @@ int main(int argc, char** argv) {
   app.add_option("--order", order, "emulator execution order: deterministic, or shuffled (seeded)")
       ->capture_default_str()
       ->check(CLI::IsMember({"deterministic", "shuffled"}));
-  app.add_option("--seed", seed, "seed for --order shuffled")->capture_default_str();
+  app.add_option("--seed", seed, "seed for --order shuffled, and for sampling")->capture_default_str();
+  mk::schedule::SamplingParams sampling;
+  auto* temp_opt = app.add_option("--temperature", sampling.temperature,
+                                  "sample at this temperature (default 0: greedy); needs a schedule with a sample op");
+  auto* topk_opt = app.add_option("--top-k", sampling.top_k, "sample among the K most likely tokens (0: all)");
+  auto* topp_opt = app.add_option("--top-p", sampling.top_p, "sample among the most likely tokens of mass P (1: all)");
   if (const auto code = mk::tools::parse(app, argc, argv, "mkrun")) return *code;
 
   try {
@@ -101,7 +107,12 @@ int main(int argc, char** argv) {
       ids = parse_ids(prompt);
     }
     if (!dump.empty() && !std::ofstream(dump)) throw std::runtime_error(dump + ": cannot open for writing");
-    const mk::schedule::Schedule schedule = mk::schedule::read_file(schedule_path);
+    mk::schedule::Schedule schedule = mk::schedule::read_file(schedule_path);
+    sampling.seed = seed;
+    const bool sampling_asked = temp_opt->count() || topk_opt->count() || topp_opt->count();
+    if (mk::schedule::set_sampling(schedule, sampling) == 0 && sampling_asked && sampling.temperature > 0)
+      throw std::invalid_argument("this schedule decodes greedily (argmax); to sample, plan the model with "
+                                  "'{op: sample, in: logits, out: next_token}' in place of its argmax op");
     const mk::device::Checkpoint ckpt = mk::device::Checkpoint::open(weights_path);
     mk::device::check_weights(schedule, ckpt);
     mk::device::RuntimeOptions opt;
