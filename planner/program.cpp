@@ -322,7 +322,7 @@ Program analyze(const dsl::ModelGraph& model) {
   for (const OpInfo& op : p.ops) {
     if (op.opcode != schedule::Opcode::argmax && op.opcode != schedule::Opcode::sample) continue;
     if (p.token != schedule::kNone)
-      throw dsl::Error(op.decl->loc, "a model has one argmax (or sample) op; this is the second");
+      throw dsl::Error(op.decl->loc, "a model has one argmax op; this is the second (argmax and sample both produce the token)");
     p.token = op.out;
     p.logits = op.inputs.front();
   }
