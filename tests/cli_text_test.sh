@@ -256,6 +256,22 @@ check_sampling() {
   finish "mkrun --temperature/--top-k/--seed on a schedule with a sample op: greedy at 0, reproducible per seed"
 }
 
+check_help() {
+  begin
+  run "$MKRUN" --help
+  local opt
+  for opt in --prompt --prompt-file --chat --system --ignore-eos --json --tokenizer --temperature --top-k --top-p --seed; do
+    expect "mkrun --help does not mention $opt" out_has "(^|[^-[:alnum:]])$opt([^-[:alnum:]]|\$)"
+  done
+  run "$MKTOKEN" --help
+  expect "mktoken --help: exit $RC" rc_is 0
+  for opt in --file --decode --skip-special --no-add-special --no-parse-special --tokens; do
+    expect "mktoken --help does not mention $opt" out_has "(^|[^-[:alnum:]])$opt([^-[:alnum:]]|\$)"
+  done
+  finish "mkrun --help and mktoken --help name the text and sampling options"
+}
+
+check_help
 check_mktoken
 check_mktoken_real
 check_mktoken_errors

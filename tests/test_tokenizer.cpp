@@ -286,3 +286,31 @@ TEST_CASE("tokenizer: GPT-2 style ByteLevel (regex, prefix space) and Metaspace 
   CHECK(m.encode("a b") == std::vector<int32_t>{3, 0, 2});
   CHECK(m.decode({3, 0, 2}) == "a b");
 }
+
+TEST_CASE("chat: the Llama-3.1 system header and Qwen2.5's default system message") {
+  json vocab = json::object();
+  for (int c = 32; c < 127; ++c) vocab[std::string(1, static_cast<char>(c))] = c;
+  vocab["\n"] = 10;
+  json added = json::array();
+  int id = 200;
+  for (const char* s : {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|im_start|>", "<|im_end|>"})
+    added.push_back({{"id", id++}, {"content", s}, {"special", true}});
+  const json tok = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}}, {"added_tokens", added}};
+  const Tokenizer l31 = tiny(tok, {{"bos_token", "<|begin_of_text|>"},
+                                   {"chat_template", "{{- bos_token }}... {{- \"Cutting Knowledge Date: December 2023\\n\" }} "
+                                                     "<|start_header_id|> <|end_header_id|>"}});
+  CHECK(mk::tok::make_chat(l31, "Hi", std::nullopt).text ==
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul "
+        "2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  CHECK(mk::tok::make_chat(l31, " Hi ", std::string(" Be brief. ")).text.find("2024\n\nBe brief.<|eot_id|>") != std::string::npos);
+  const Tokenizer q25 = tiny(tok, {{"chat_template", "{%- if messages[0]['role'] == 'system' %}...{%- else %}{{- '<|im_start|>system\\nYou "
+                                                     "are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"}});
+  const mk::tok::Chat c = mk::tok::make_chat(q25, "Hi", std::nullopt);
+  CHECK(c.text ==
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\n");
+  CHECK(c.ids.front() == 204);
+  CHECK(c.end_ids == std::vector<int32_t>{205});
+  // No template: recognised from the special tokens.
+  CHECK(mk::tok::detect_chat_format(tiny(tok)) == mk::tok::ChatFormat::llama3);
+}
