@@ -1,4 +1,5 @@
-// mkrun: run a schedule on a checkpoint: prefill over the prompt, then greedy decoding.
+// mkrun: run a schedule on a checkpoint: prefill over the prompt, then greedy decoding (or
+// sampling, with a sample op). Prompt ids in, ids out; or text in, streamed text out.
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -39,8 +40,8 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 int main(int argc, char** argv) {
   CLI::App app{
       "mkrun: run a planned schedule (mkplan) on a Hugging Face style checkpoint.\n"
-      "Prefills the prompt as decode steps, then decodes greedily; prints the token ids and the\n"
-      "time per token. The CPU emulator runs where there is no GPU.\n"
+      "Prefills the prompt as decode steps, then decodes greedily (or samples: --temperature); prints\n"
+      "the token ids and the time per token. The CPU emulator runs where there is no GPU.\n"
       "With --prompt/--prompt-file/--chat the text goes through the checkpoint's tokenizer.json, the\n"
       "generated text streams to stdout (timings on stderr), and generation stops at the model's\n"
       "eos_token_id (generation_config.json, else config.json) unless --ignore-eos."};
