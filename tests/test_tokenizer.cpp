@@ -60,7 +60,10 @@ std::vector<std::string> corpus() {
 
 std::string show(const std::vector<int32_t>& ids) {
   std::string s;
-  for (size_t i = 0; i < ids.size() && i < 40; ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size() && i < 40; ++i) {
+    if (i) s += ',';
+    s += std::to_string(ids[i]);
+  }
   return s + (ids.size() > 40 ? ",..." : "");
 }
 
