@@ -79,6 +79,16 @@ add("a" * 1000, "supercalifragilisticexpialidocious" * 30, "9" * 500, "😀" * 2
 add("'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", "'Re", "it's", "IT'S", "dogs'", "''", "'",
     "rock 'n' roll", "’curly’ apostrophes aren’t ASCII", "can't won't shan't y'all'd've")
 
+# Random mixtures (fixed seed): scripts, whitespace, digits, punctuation, apostrophes, ZWJ,
+# combining marks and fragments of special tokens side by side.
+import random
+rng = random.Random(2026)
+pool = ["a", "Z", "the", "The", " ", "  ", "   ", "\n", "\n\n", "\r\n", "\t", "7", "42", "2026", "3.5", ".", ",", "!?",
+        "'s", "'LL", "'re", "é", "e\u0301", "ñ", "日本", "語", "中文", "😀", "\u200d", "👨\u200d👩\u200d👧", "🇫🇷", "مرحبا", "שלום",
+        "Привет", "<|", "|>", "<s", "eot_id", "im_end", "\u00a0", "\u3000", "->", "::", "{}", "();", "\u0301", "ß", "İ", "Ω"]
+for _ in range(160):
+    texts.append("".join(rng.choice(pool) for _ in range(rng.randint(1, 25))))
+
 entries = [{"text": t} for t in texts]
 # Not valid UTF-8 (bytes as hex).
 for h in ["ff", "fe", "c0", "c080", "80", "bf", "e282", "e28228", "f0908d", "f09f98", "eda080", "f4908080",
