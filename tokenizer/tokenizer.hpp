@@ -2,7 +2,10 @@
 // BPE of Llama-3 and Qwen2/Qwen3 (regex pre-tokenizer, optional NFC) and the SentencePiece-style
 // BPE with byte fallback of Llama-2 and Mistral. Added tokens are matched before BPE; merges are
 // applied by rank. Input text that is not valid UTF-8 is read with every ill-formed sequence
-// replaced by U+FFFD, as a UTF-8 decoder would.
+// replaced by U+FFFD, as a UTF-8 decoder would. Added tokens are matched on the raw text
+// (their `normalized` and `single_word` flags are not used; lstrip/rstrip are). Where
+// JavaScript's and Rust's regex engines disagree (\s and U+0085/U+FEFF), this follows Rust, i.e.
+// Hugging Face tokenizers.
 #pragma once
 #include <cstdint>
 #include <filesystem>
