@@ -104,7 +104,8 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
   auto decode_start = start;
   backend.set_tokens(0, opt.prompt);
   // Steps [done, done + n): each feeds the next from its own greedy token once past the
-  // prompt, on the backend's side; the host reads the tokens back once per chunk.
+  // prompt, on the backend's side; the host reads the tokens back once per chunk. Returns false
+  // when `stop` ended generation (steps run after the stopping one are discarded).
   auto run = [&](uint32_t done, uint32_t n) {
     backend.run(done, n, prompt);
     const std::vector<int32_t> fed = backend.history(done + 1, done + n + 1);
@@ -113,24 +114,28 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
       const uint32_t pos = done + i;
       if (pos + 1 >= prompt) r.tokens.push_back(fed[i]);
       if (opt.on_step) opt.on_step(pos + 1, steps, fed[i]);
+      r.steps = pos + 1;
+      if (pos + 1 >= prompt && opt.tokens && opt.stop && opt.stop(fed[i])) {
+        r.stopped = true;
+        return false;
+      }
     }
+    return true;
   };
   // Logits are per step, so keeping them runs one step at a time; else chunks of kChunk steps.
   constexpr uint32_t kChunk = 16;
   const uint32_t chunk = opt.keep_logits ? 1 : kChunk;
-  uint32_t done = 0;
-  while (done < steps) {
+  for (uint32_t done = 0; done < steps;) {
     if (done == prompt - 1) decode_start = std::chrono::steady_clock::now();
     // The prompt's steps up to the last one, then the rest: decode time starts at that step.
     const uint32_t limit = done < prompt - 1 ? prompt - 1 : steps;
     const uint32_t n = std::min(chunk, limit - done);
-    run(done, n);
+    if (!run(done, n)) break;
     done += n;
   }
   const auto end = std::chrono::steady_clock::now();
   r.seconds = std::chrono::duration<double>(end - start).count();
   r.decode_seconds = std::chrono::duration<double>(end - decode_start).count();
-  r.steps = steps;
   if (opt.tokens == 0) r.tokens.clear();
   return r;
 }

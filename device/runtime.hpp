@@ -67,12 +67,16 @@ struct GenerateOptions {
   bool keep_logits = false;     // every step's logits, prompt steps included
   // Called after each step: (steps done, steps in all, token produced by that step).
   std::function<void(uint32_t, uint32_t, int32_t)> on_step;
+  // Called with each generated token (after on_step); true ends generation after that token
+  // (end-of-sequence ids). The token is kept in GenerateResult::tokens.
+  std::function<bool(int32_t)> stop;
 };
 
 struct GenerateResult {
   std::vector<int32_t> tokens;            // the greedy continuation
   std::vector<std::vector<float>> logits; // per step, when kept
-  uint32_t steps = 0;
+  uint32_t steps = 0;          // steps run (fewer than planned when `stop` ended generation)
+  bool stopped = false;        // `stop` ended generation
   double seconds = 0;         // wall time of all steps
   double decode_seconds = 0;  // of the steps after the prompt (the greedy continuation)
 };

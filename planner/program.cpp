@@ -318,15 +318,16 @@ Program analyze(const dsl::ModelGraph& model) {
     p.ops.push_back(std::move(op));
   }
 
-  // The argmax op marks the step's outputs: its input is the logits, its output the token.
+  // The argmax (or sample) op marks the step's outputs: its input is the logits, its output the token.
   for (const OpInfo& op : p.ops) {
-    if (op.opcode != schedule::Opcode::argmax) continue;
-    if (p.token != schedule::kNone) throw dsl::Error(op.decl->loc, "a model has one argmax op; this is the second");
+    if (op.opcode != schedule::Opcode::argmax && op.opcode != schedule::Opcode::sample) continue;
+    if (p.token != schedule::kNone)
+      throw dsl::Error(op.decl->loc, "a model has one argmax op; this is the second (argmax and sample both produce the token)");
     p.token = op.out;
     p.logits = op.inputs.front();
   }
   if (p.token == schedule::kNone)
-    throw dsl::Error(dsl::Location{model.file, 1, 1}, "the model has no argmax op (it produces each step's token)");
+    throw dsl::Error(dsl::Location{model.file, 1, 1}, "the model has no argmax op (nor sample op; it produces each step's token)");
   p.tensors[p.token].role = Role::io;
   p.tensors[p.logits].role = Role::io;
   return p;

@@ -5,6 +5,7 @@
 #include "schedules/ops/attn_reduce.hpp"
 #include "schedules/ops/embed.hpp"
 #include "schedules/ops/matvec.hpp"
+#include "schedules/ops/sample.hpp"
 
 namespace mk::schedule {
 

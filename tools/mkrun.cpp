@@ -1,4 +1,5 @@
-// mkrun: run a schedule on a checkpoint: prefill over the prompt, then greedy decoding.
+// mkrun: run a schedule on a checkpoint: prefill over the prompt, then greedy decoding (or
+// sampling, with a sample op). Prompt ids in, ids out; or text in, streamed text out.
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -9,6 +10,8 @@
 #include "tools/cli.hpp"
 
 #include "device/runtime.hpp"
+#include "schedules/ops/sample.hpp"
+#include "tools/mkrun_text.hpp"
 
 namespace {
 
@@ -37,15 +40,29 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 int main(int argc, char** argv) {
   CLI::App app{
       "mkrun: run a planned schedule (mkplan) on a Hugging Face style checkpoint.\n"
-      "Prefills the prompt as decode steps, then decodes greedily; prints the token ids and the\n"
-      "time per token. The CPU emulator runs where there is no GPU."};
+      "Prefills the prompt as decode steps, then decodes greedily (or samples: --temperature); prints\n"
+      "the token ids and the time per token. The CPU emulator runs where there is no GPU.\n"
+      "With --prompt/--prompt-file/--chat the text goes through the checkpoint's tokenizer.json, the\n"
+      "generated text streams to stdout (timings on stderr), and generation stops at the model's\n"
+      "eos_token_id (generation_config.json, else config.json) unless --ignore-eos."};
   std::string schedule_path, weights_path, prompt = "1", backend_name = "auto", dump, order = "deterministic";
   uint32_t tokens = 16, max_context = 0;
   uint64_t seed = 0;
+  std::string text, text_file, system, tokenizer_dir;
+  bool chat = false, ignore_eos = false, as_json = false;
   app.add_option("schedule", schedule_path, "schedule file written by mkplan")->required();
   app.add_option("weights", weights_path, "checkpoint folder (model.safetensors or shards + index) or .safetensors file")->required();
-  app.add_option("--prompt-ids", prompt, "comma-separated prompt token ids")->capture_default_str();
-  app.add_option("--tokens", tokens, "greedy tokens to generate")->capture_default_str();
+  auto* ids_opt = app.add_option("--prompt-ids", prompt, "comma-separated prompt token ids")->capture_default_str();
+  auto* text_opt = app.add_option("--prompt", text, "prompt text (tokenized with the BOS the model's tokenizer adds)");
+  auto* file_opt = app.add_option("--prompt-file", text_file, "read the prompt text from a file")->type_name("FILE");
+  app.add_flag("--chat", chat, "wrap the prompt in the model's chat format (Llama-3 headers or ChatML)");
+  app.add_option("--system", system, "--chat: the system message");
+  app.add_flag("--ignore-eos", ignore_eos, "do not stop at the end-of-sequence tokens");
+  app.add_option("--tokenizer", tokenizer_dir, "folder with tokenizer.json (default: the checkpoint's folder)")->type_name("DIR");
+  app.add_flag("--json", as_json, "print one JSON object (prompt ids, ids, text, stop reason, timings) instead");
+  text_opt->excludes(ids_opt)->excludes(file_opt);
+  file_opt->excludes(ids_opt);
+  app.add_option("--tokens", tokens, "tokens to generate (at most, with a text prompt)")->capture_default_str();
   app.add_option("--backend", backend_name, "auto (the GPU when there is one), cuda or emulator")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cuda", "emulator"}));
@@ -54,7 +71,12 @@ int main(int argc, char** argv) {
   app.add_option("--order", order, "emulator execution order: deterministic, or shuffled (seeded)")
       ->capture_default_str()
       ->check(CLI::IsMember({"deterministic", "shuffled"}));
-  app.add_option("--seed", seed, "seed for --order shuffled")->capture_default_str();
+  app.add_option("--seed", seed, "seed for --order shuffled, and for sampling")->capture_default_str();
+  mk::schedule::SamplingParams sampling;
+  auto* temp_opt = app.add_option("--temperature", sampling.temperature,
+                                  "sample at this temperature (default 0: greedy); needs a schedule with a sample op");
+  auto* topk_opt = app.add_option("--top-k", sampling.top_k, "sample among the K most likely tokens (0: all)");
+  auto* topp_opt = app.add_option("--top-p", sampling.top_p, "sample among the most likely tokens of mass P (1: all)");
   std::string trace;
   app.add_option("--trace", trace,
                  "trace the last step: writes PREFIX.json (Chrome/Perfetto) and PREFIX.svg (one lane per SM), prints where the "
@@ -62,11 +84,42 @@ int main(int argc, char** argv) {
   if (const auto code = mk::tools::parse(app, argc, argv, "mkrun")) return *code;
 
   try {
-    const std::vector<int32_t> ids = parse_ids(prompt);
+    const bool text_mode = text_opt->count() || file_opt->count() || chat;
+    if (!system.empty() && !chat) throw std::invalid_argument("--system needs --chat");
+    if (chat && ids_opt->count()) throw std::invalid_argument("--chat takes --prompt or --prompt-file, not --prompt-ids");
+    if (chat && !text_opt->count() && !file_opt->count()) throw std::invalid_argument("--chat needs --prompt or --prompt-file");
+    std::optional<mk::tok::Tokenizer> tokenizer;
+    std::set<int32_t> stop_ids;
+    std::vector<int32_t> ids;
+    if (text_mode) {
+      const std::filesystem::path folder = tokenizer_dir.empty() ? mk::tools::checkpoint_folder(weights_path) : std::filesystem::path(tokenizer_dir);
+      tokenizer = mk::tok::Tokenizer::load(folder);
+      const std::string input = file_opt->count() ? mk::tools::read_text_file(text_file) : text;
+      if (chat) {
+        const mk::tok::Chat c =
+            mk::tok::make_chat(*tokenizer, input, system.empty() ? std::nullopt : std::optional<std::string>(system));
+        ids = c.ids;
+        stop_ids.insert(c.end_ids.begin(), c.end_ids.end());
+      } else {
+        ids = tokenizer->encode(input);
+        if (ids.empty()) throw std::invalid_argument("the prompt is empty (and the tokenizer adds no BOS)");
+      }
+      std::set<int32_t> eos = mk::tools::eos_ids(mk::tools::checkpoint_folder(weights_path));
+      if (eos.empty() && tokenizer->eos_id()) eos.insert(*tokenizer->eos_id());
+      stop_ids.insert(eos.begin(), eos.end());
+      if (ignore_eos) stop_ids.clear();
+    } else {
+      ids = parse_ids(prompt);
+    }
     if (!dump.empty() && !std::ofstream(dump)) throw std::runtime_error(dump + ": cannot open for writing");
     for (const char* ext : {".json", ".svg"})
       if (!trace.empty() && !std::ofstream(trace + ext)) throw std::runtime_error(trace + ext + ": cannot open for writing");
-    const mk::schedule::Schedule schedule = mk::schedule::read_file(schedule_path);
+    mk::schedule::Schedule schedule = mk::schedule::read_file(schedule_path);
+    sampling.seed = seed;
+    const bool sampling_asked = temp_opt->count() || topk_opt->count() || topp_opt->count();
+    if (mk::schedule::set_sampling(schedule, sampling) == 0 && sampling_asked && sampling.temperature > 0)
+      throw std::invalid_argument("this schedule decodes greedily (argmax); to sample, plan the model with "
+                                  "'{op: sample, in: logits, out: next_token}' in place of its argmax op");
     const mk::device::Checkpoint ckpt = mk::device::Checkpoint::open(weights_path);
     mk::device::check_weights(schedule, ckpt);
     mk::device::RuntimeOptions opt;
@@ -92,7 +145,18 @@ int main(int argc, char** argv) {
     if (!trace.empty()) backend->enable_trace(true);
     auto last_report = std::chrono::steady_clock::now();
     const auto start = last_report;
-    gen.on_step = [&](uint32_t done, uint32_t all, int32_t) {
+    std::optional<mk::tok::StreamDecoder> stream;
+    std::string generated_text;
+    if (tokenizer) stream.emplace(*tokenizer, mk::tok::DecodeOptions{.skip_special = true});
+    gen.stop = [&](int32_t t) { return stop_ids.count(t) != 0; };
+    gen.on_step = [&](uint32_t done, uint32_t all, int32_t t) {
+      if (stream) {  // text mode: stream the generated text, no progress line
+        if (done < ids.size() || tokens == 0 || stop_ids.count(t)) return;
+        const std::string piece = stream->push(t);
+        generated_text += piece;
+        if (!as_json) std::cout << piece << std::flush;
+        return;
+      }
       const auto now = std::chrono::steady_clock::now();
       if (now - last_report < std::chrono::seconds(1) && done != all) return;
       if (now - start < std::chrono::seconds(1)) return;  // short runs stay quiet
@@ -102,6 +166,38 @@ int main(int argc, char** argv) {
                 << std::flush;
     };
     const mk::device::GenerateResult r = mk::device::generate(*backend, schedule, gen, opt.max_context);
+    const uint32_t prompt_steps = static_cast<uint32_t>(ids.size()) - 1, gen_steps = r.steps - prompt_steps;
+    const double prompt_s = r.seconds - r.decode_seconds;
+    if (stream) {
+      const std::string tail = stream->finish();
+      generated_text += tail;
+      if (!as_json) std::cout << tail << "\n" << std::flush;
+    }
+    if (as_json) {
+      nlohmann::json j = {{"prompt_ids", ids},
+                          {"ids", r.tokens},
+                          {"stop", r.stopped ? "eos" : "length"},
+                          {"backend", backend->name()},
+                          {"timings",
+                           {{"prompt_tokens", ids.size()},
+                            {"prompt_seconds", prompt_s},
+                            {"prompt_tokens_per_s", prompt_steps && prompt_s > 0 ? prompt_steps / prompt_s : 0.0},
+                            {"generated_tokens", r.tokens.size()},
+                            {"decode_seconds", r.decode_seconds},
+                            {"decode_tokens_per_s", r.decode_seconds > 0 ? gen_steps / r.decode_seconds : 0.0}}}};
+      if (stream) j["text"] = generated_text;
+      std::cout << j.dump() << "\n";
+      if (!dump.empty()) mk::device::write_npy(dump, r.logits);
+      return 0;
+    }
+    if (stream) {
+      std::cerr << "prompt: " << ids.size() << " tokens, " << (prompt_steps && prompt_s > 0 ? prompt_steps / prompt_s : 0.0)
+                << " tokens/s; generated: " << r.tokens.size() << " tokens, "
+                << (r.decode_seconds > 0 ? gen_steps / r.decode_seconds : 0.0) << " tokens/s on " << backend->name()
+                << (r.stopped ? " (stopped at end of sequence)" : " (--tokens reached)") << "\n";
+      if (!dump.empty()) mk::device::write_npy(dump, r.logits);
+      return 0;
+    }
     std::cout << "tokens:";
     for (int32_t t : r.tokens) std::cout << " " << t;
     std::cout << "\n"

@@ -15,6 +15,7 @@
 #include "device/ops/attn_reduce.cuh"
 #include "device/ops/embed.cuh"
 #include "device/ops/matvec.cuh"
+#include "device/ops/sample.cuh"
 #include "schedules/ops.hpp"
 
 namespace mk::device {

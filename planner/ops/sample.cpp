@@ -1,0 +1,42 @@
+#include "planner/op_def.hpp"
+#include "schedules/ops/sample.hpp"
+
+namespace mk::planner {
+namespace {
+
+// The sampling parameters are not fields: the file holds greedy ones and mkrun sets them
+// (--temperature, --top-k, --top-p, --seed) in the loaded schedule.
+constexpr FieldSpec kFields[] = {{"in", FieldKind::input, true}, {"out", FieldKind::output, true}};
+
+uint32_t infer(OpCheck& c) {
+  const TensorInfo& in = c.tensor("in");
+  if (in.role == schedule::Role::weight || in.dtype != schedule::DType::f32)
+    c.fail("in", "'" + in.name + "' must be an f32 activation (the logits)");
+  c.set_output({1}, schedule::DType::i32);
+  return 1;
+}
+
+TaskSpec lower(const Program& p, const OpInfo& op, uint32_t, uint32_t) {
+  schedule::SamplePayload pl{};
+  pl.in = op.inputs.front();
+  pl.out = op.out;
+  pl.count = static_cast<uint32_t>(p.tensors[pl.in].elements());
+  pl.temperature = 0;  // greedy until set_sampling
+  pl.top_k = 0;
+  pl.top_p = 1;
+  TaskSpec t;
+  t.write = {op.out, 0, 1};
+  t.reads.push_back({pl.in, 0, pl.count});
+  t.bytes = pl.count * 4.0;
+  set_payload(t.inst, schedule::Opcode::sample, pl);
+  return t;
+}
+
+}  // namespace
+
+const OpDef& op_def_sample() {
+  static const OpDef def{"sample", kFields, infer, lower};
+  return def;
+}
+
+}  // namespace mk::planner

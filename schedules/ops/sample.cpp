@@ -1,0 +1,42 @@
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "schedules/payload_checks.hpp"
+
+namespace mk::schedule {
+
+std::string check_payload(const SamplePayload& p, const Schedule& s) {
+  if (p.count == 0) return "count is 0";
+  if (!std::isfinite(p.temperature) || p.temperature < 0) return "temperature must be finite and >= 0";
+  if (!(p.top_p > 0) || !std::isfinite(p.top_p)) return "top_p must be finite and > 0";
+  if (p.top_k > p.count) return "top_k is larger than the vocabulary";
+  if (auto e = expect_tensor(s, p.in, "in", DType::f32, p.count, {Role::activation, Role::io}); !e.empty()) return e;
+  if (auto e = expect_tensor(s, p.out, "out", DType::i32, 1, {Role::io}); !e.empty()) return e;
+  return {};
+}
+
+uint32_t set_sampling(Schedule& s, const SamplingParams& sp) {
+  if (!std::isfinite(sp.temperature) || sp.temperature < 0)
+    throw std::invalid_argument("--temperature must be a number >= 0");
+  if (!std::isfinite(sp.top_p) || !(sp.top_p > 0) || sp.top_p > 1) throw std::invalid_argument("--top-p must be in (0, 1]");
+  uint32_t n = 0;
+  for (Instruction& inst : s.instructions) {
+    if (inst.opcode != static_cast<uint16_t>(Opcode::sample)) continue;
+    SamplePayload p;
+    memcpy(&p, inst.payload, sizeof p);
+    if (sp.top_k > p.count)
+      throw std::invalid_argument("--top-k " + std::to_string(sp.top_k) + " is larger than the vocabulary (" +
+                                  std::to_string(p.count) + ")");
+    p.temperature = sp.temperature;
+    p.top_k = sp.top_k;
+    p.top_p = sp.top_p;
+    p.seed_lo = static_cast<uint32_t>(sp.seed);
+    p.seed_hi = static_cast<uint32_t>(sp.seed >> 32);
+    memcpy(inst.payload, &p, sizeof p);
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace mk::schedule

@@ -1,0 +1,288 @@
+#!/usr/bin/env bash
+# Command-line tests for text in, text out: mktoken, and mkrun --prompt/--prompt-file/--chat/
+# --json/--ignore-eos on the emulator, with the checkpoint of tests/fixtures/eos_fixture.cpp, whose greedy
+# continuation is "oké!" followed by <|eot_id|> (then "." forever). Errors must end in exit
+# status 1 with one line on stderr starting with the tool's name.
+#
+# Usage: tests/cli_text_test.sh BUILD_DIR   (BUILD_DIR holds mkplan, mkrun, mktoken, mk_eos_fixture)
+set -u
+
+if [[ $# -ne 1 ]]; then
+  echo "usage: $0 BUILD_DIR" >&2
+  exit 2
+fi
+BUILD=$(cd "$1" && pwd) || exit 2
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || exit 2
+MKPLAN=$BUILD/mkplan
+MKRUN=$BUILD/mkrun
+MKTOKEN=$BUILD/mktoken
+FIXTURE=$BUILD/mk_eos_fixture
+for tool in "$MKPLAN" "$MKRUN" "$MKTOKEN" "$FIXTURE"; do
+  if [[ ! -x $tool ]]; then
+    echo "cli_text_test: $tool is missing (build first)" >&2
+    exit 2
+  fi
+done
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/mk-cli-text.XXXXXX") || exit 2
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK" || exit 2
+
+PASSED=0
+FAILED=0
+WHY=()
+LAST=""
+RC=0
+TIMEOUT=()
+command -v timeout >/dev/null && TIMEOUT=(timeout 60)
+
+run() {
+  LAST="$*"
+  "${TIMEOUT[@]}" "$@" >"$WORK/stdout" 2>"$WORK/stderr"
+  RC=$?
+}
+expect() {
+  local what=$1
+  shift
+  "$@" || WHY+=("$what")
+}
+begin() { WHY=(); LAST=""; }
+finish() {
+  if [[ ${#WHY[@]} -eq 0 ]]; then
+    echo "ok - $1"
+    PASSED=$((PASSED + 1))
+    return
+  fi
+  echo "not ok - $1"
+  FAILED=$((FAILED + 1))
+  local reason
+  for reason in "${WHY[@]}"; do echo "#   $reason"; done
+  if [[ -n $LAST ]]; then
+    echo "#   last command: $LAST (exit $RC)"
+    sed -n '1,6s/^/#   stdout: /p' "$WORK/stdout"
+    sed -n '1,6s/^/#   stderr: /p' "$WORK/stderr"
+  fi
+}
+rc_is() { [[ $RC -eq $1 ]]; }
+stdout_is() { [[ "$(cat "$WORK/stdout")" == "$1" ]]; }
+out_has() { grep -Eq -- "$1" "$WORK/stdout"; }
+err_has() { grep -Eiq -- "$1" "$WORK/stderr"; }
+clean_error() {
+  local tool=$1 pattern=$2
+  expect "exit status is $RC, expected 1" rc_is 1
+  expect "stderr has $(wc -l <"$WORK/stderr") lines, expected exactly 1" test "$(wc -l <"$WORK/stderr")" -eq 1
+  expect "stderr does not start with '$tool: '" test "$(head -n 1 "$WORK/stderr" | cut -d' ' -f1)" == "$tool:"
+  expect "stderr does not match /$pattern/" err_has "$pattern"
+}
+
+"$MKPLAN" "$ROOT/tests/tokenizer/eos-llama.yaml" -o s.bin --sms 4 -q >/dev/null 2>&1
+"$FIXTURE" s.bin w >/dev/null 2>&1
+EMU=(--backend emulator)
+
+check_mktoken() {
+  begin
+  run "$MKTOKEN" w "Hi"
+  expect "encode: exit $RC" rc_is 0
+  expect "encode 'Hi' is '$(cat stdout)', expected 256,72,105" stdout_is "256,72,105"
+  run "$MKTOKEN" w --decode 256,72,105,260
+  expect "decode: exit $RC" rc_is 0
+  expect "decode gave '$(cat stdout)'" stdout_is "<|begin_of_text|>Hi<|eot_id|>"
+  run "$MKTOKEN" w --decode 256,72,105,260 --skip-special
+  expect "decode --skip-special gave '$(cat stdout)'" stdout_is "Hi"
+  printf 'Hi\n' >prompt.txt
+  run "$MKTOKEN" w --file prompt.txt --no-add-special
+  expect "--file gave '$(cat stdout)', expected 72,105,10" stdout_is "72,105,10"
+  run "$MKTOKEN" w "a<|eot_id|>" --no-add-special --no-parse-special
+  expect "--no-parse-special gave '$(cat stdout)'" test "$(tr ',' '\n' <stdout | wc -l)" -gt 2
+  finish "mktoken encodes TEXT and --file, decodes --decode (with and without special tokens)"
+}
+
+check_mktoken_real() {
+  begin
+  local dir=$ROOT/tests/tokenizer/models/llama3_1
+  if [[ ! -f $dir/tokenizer.json ]]; then
+    WHY+=("$dir is missing: run scripts/fetch_tokenizers.sh")
+  else
+    run "$MKTOKEN" "$dir" "Hello world"
+    expect "Llama-3.1 'Hello world' is '$(cat stdout)'" stdout_is "128000,9906,1917"
+    run "$MKTOKEN" "$ROOT/tests/tokenizer/models/qwen3" --decode 9707,1879
+    expect "Qwen3 decode is '$(cat stdout)'" stdout_is "Hello world"
+  fi
+  finish "mktoken on the real Llama-3.1 and Qwen3 tokenizers"
+}
+
+check_mktoken_errors() {
+  begin
+  run "$MKTOKEN" nowhere "Hi"
+  clean_error mktoken "tokenizer.json: not found"
+  run "$MKTOKEN" w
+  clean_error mktoken "exactly one of"
+  run "$MKTOKEN" w "Hi" --decode 1
+  clean_error mktoken "exactly one of"
+  run "$MKTOKEN" w --decode 1,x
+  clean_error mktoken "not a token id"
+  run "$MKTOKEN" w --decode 99999
+  clean_error mktoken "outside the vocabulary"
+  run "$MKTOKEN" w --file nowhere.txt
+  clean_error mktoken "cannot open"
+  finish "mktoken errors: missing tokenizer, no input, two inputs, bad ids, missing file"
+}
+
+check_prompt_stops_at_eos() {
+  begin
+  run "$MKRUN" s.bin w "${EMU[@]}" --prompt Hi --tokens 20
+  expect "exit $RC" rc_is 0
+  expect "stdout is '$(cat stdout)', expected 'oké!'" stdout_is "oké!"
+  expect "stderr does not say it stopped at the end of sequence" err_has "stopped at end of sequence"
+  expect "stderr has no prompt/generation rates" err_has "prompt: 3 tokens, .* tokens/s; generated: 6 tokens"
+  finish "mkrun --prompt streams the text to stdout and stops at generation_config's eos_token_id"
+}
+
+check_prompt_file_and_chat() {
+  begin
+  printf 'Hi' >hi.txt
+  run "$MKRUN" s.bin w "${EMU[@]}" --prompt-file hi.txt --tokens 20
+  expect "--prompt-file: stdout is '$(cat stdout)'" stdout_is "oké!"
+  run "$MKRUN" s.bin w "${EMU[@]}" --chat --prompt "Write a haiku about GPUs" --tokens 20
+  expect "--chat: exit $RC" rc_is 0
+  expect "--chat: stdout is '$(cat stdout)'" stdout_is "oké!"
+  run "$MKRUN" s.bin w "${EMU[@]}" --chat --system "Be brief." --prompt "Hi" --tokens 20 --json
+  expect "--chat --system --json: exit $RC" rc_is 0
+  # <|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>...
+  expect "--chat --system: prompt ids do not start with the system header" out_has '"prompt_ids":\[256,258,115,121,115,116,101,109,259,10,10,66,101'
+  finish "mkrun --prompt-file, --chat and --chat --system (Llama-3 header format) stop at the end of the turn"
+}
+
+check_ignore_eos_and_tokens() {
+  begin
+  run "$MKRUN" s.bin w "${EMU[@]}" --prompt Hi --tokens 10 --ignore-eos
+  expect "--ignore-eos: stdout is '$(cat stdout)', expected 'oké!....'" stdout_is "oké!...."
+  expect "--ignore-eos: stderr does not say --tokens was reached" err_has "tokens reached"
+  # Three tokens end inside the é: the held-back byte becomes U+FFFD at the end.
+  run "$MKRUN" s.bin w "${EMU[@]}" --prompt Hi --tokens 3
+  expect "--tokens 3: stdout is '$(cat stdout)', expected 'ok\xEF\xBF\xBD'" stdout_is $'ok\xEF\xBF\xBD'
+  finish "mkrun --ignore-eos runs to --tokens; --tokens stays the maximum; an incomplete character is held back"
+}
+
+check_eos_from_config() {
+  begin
+  cp -r w w2
+  rm w2/generation_config.json  # config.json's eos_token_id is 257, which the model never writes
+  run "$MKRUN" s.bin w2 "${EMU[@]}" --prompt Hi --tokens 8
+  expect "config.json eos: stdout is '$(cat stdout)', expected 'oké!..'" stdout_is "oké!.."
+  run "$MKRUN" s.bin w2 "${EMU[@]}" --chat --prompt Hi --tokens 8
+  expect "--chat stops at <|eot_id|> even when eos_token_id does not name it: '$(cat stdout)'" stdout_is "oké!"
+  echo '{"eos_token_id": 260}' >w2/config.json
+  run "$MKRUN" s.bin w2 "${EMU[@]}" --prompt Hi --tokens 8
+  expect "config.json eos 260: stdout is '$(cat stdout)'" stdout_is "oké!"
+  finish "mkrun reads eos_token_id from config.json (an id) without generation_config.json"
+}
+
+check_json() {
+  begin
+  run "$MKRUN" s.bin w "${EMU[@]}" --prompt Hi --tokens 20 --json
+  expect "--json: exit $RC" rc_is 0
+  expect "--json: stdout is not one line" test "$(wc -l <stdout)" -eq 1
+  expect "--json: no ids" out_has '"ids":\[111,107,195,169,33,260\]'
+  expect "--json: no text" out_has '"text":"oké!"'
+  expect "--json: no stop reason" out_has '"stop":"eos"'
+  expect "--json: no timings" out_has '"timings":\{.*"decode_tokens_per_s":'
+  expect "--json: no prompt ids" out_has '"prompt_ids":\[256,72,105\]'
+  run "$MKRUN" s.bin w "${EMU[@]}" --prompt-ids 256,72,105 --tokens 4 --json
+  expect "--prompt-ids --json: ids" out_has '"ids":\[111,107,195,169\]'
+  expect "--prompt-ids --json: stop" out_has '"stop":"length"'
+  finish "mkrun --json prints one object with prompt ids, ids, text, stop reason and timings"
+}
+
+check_prompt_ids_unchanged() {
+  begin
+  run "$MKRUN" s.bin w "${EMU[@]}" --prompt-ids 256,72,105 --tokens 8
+  expect "--prompt-ids: exit $RC" rc_is 0
+  expect "--prompt-ids: tokens line is '$(head -1 stdout)'" out_has '^tokens: 111 107 195 169 33 260 46 46$'
+  finish "mkrun --prompt-ids still prints the ids and runs exactly --tokens steps"
+}
+
+check_text_errors() {
+  begin
+  run "$MKRUN" s.bin w "${EMU[@]}" --prompt Hi --system x
+  clean_error mkrun "--system needs --chat"
+  run "$MKRUN" s.bin w "${EMU[@]}" --chat --prompt-ids 1,2
+  clean_error mkrun "--chat takes --prompt"
+  run "$MKRUN" s.bin w "${EMU[@]}" --prompt Hi --prompt-ids 1,2
+  clean_error mkrun "excludes"
+  mkdir -p bare && cp w/model.safetensors bare/
+  run "$MKRUN" s.bin bare "${EMU[@]}" --prompt Hi
+  clean_error mkrun "tokenizer.json: not found"
+  cp -r w w3
+  sed -i 's/"chat_template": ".*"/"chat_template": "{{ messages }}"/' w3/tokenizer_config.json
+  run "$MKRUN" s.bin w3 "${EMU[@]}" --chat --prompt Hi
+  clean_error mkrun "chat_template .* is not a format --chat knows"
+  echo '{"eos_token_id": "x"}' >w3/generation_config.json
+  run "$MKRUN" s.bin w3 "${EMU[@]}" --prompt Hi
+  clean_error mkrun "eos_token_id must be a token id"
+  run "$MKRUN" s.bin w "${EMU[@]}" --prompt-file nowhere.txt
+  clean_error mkrun "nowhere.txt: cannot open"
+  finish "mkrun text errors: --system without --chat, --chat with ids, two prompts, no tokenizer, unknown chat template, bad eos, missing file"
+}
+
+check_sampling() {
+  begin
+  sed 's/{op: argmax, in: logits, out: next_token}/{op: sample, in: logits, out: next_token}/' "$ROOT/examples/tiny-llama.yaml" >sample.yaml
+  "$MKPLAN" "$ROOT/examples/tiny-llama.yaml" -o argmax.bin --sms 4 -q >/dev/null 2>&1
+  "$MKPLAN" sample.yaml -o sample.bin --sms 4 -q >/dev/null 2>&1
+  "$BUILD/mkweights" argmax.bin -o wr --seed 3 >/dev/null 2>&1
+  run "$MKRUN" argmax.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --tokens 8
+  local greedy
+  greedy=$(head -1 stdout)
+  run "$MKRUN" sample.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --tokens 8
+  expect "sample op at temperature 0 gives '$(head -1 stdout)', argmax '$greedy'" test "$(head -1 stdout)" == "$greedy"
+  run "$MKRUN" sample.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --tokens 8 --temperature 1000 --seed 1
+  local first
+  first=$(head -1 stdout)
+  expect "--temperature 1000: exit $RC" rc_is 0
+  expect "--temperature 1000 gives the greedy tokens" test "$first" != "$greedy"
+  run "$MKRUN" sample.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --tokens 8 --temperature 1000 --seed 1 --order shuffled
+  expect "the same seed gave '$(head -1 stdout)', then '$first'" test "$(head -1 stdout)" == "$first"
+  run "$MKRUN" sample.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --tokens 8 --temperature 1000 --seed 2
+  expect "another seed gave the same tokens" test "$(head -1 stdout)" != "$first"
+  run "$MKRUN" sample.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --tokens 8 --temperature 1000 --seed 2 --top-k 1
+  expect "--top-k 1 is not greedy: '$(head -1 stdout)'" test "$(head -1 stdout)" == "$greedy"
+  run "$MKRUN" argmax.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --temperature 0.8
+  clean_error mkrun "decodes greedily .*op: sample"
+  run "$MKRUN" sample.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --top-p 1.5
+  clean_error mkrun "--top-p must be in"
+  run "$MKRUN" sample.bin wr "${EMU[@]}" --prompt-ids 1,2,3 --top-k 513 --temperature 1
+  clean_error mkrun "larger than the vocabulary"
+  finish "mkrun --temperature/--top-k/--seed on a schedule with a sample op: greedy at 0, reproducible per seed"
+}
+
+check_help() {
+  begin
+  run "$MKRUN" --help
+  local opt
+  for opt in --prompt --prompt-file --chat --system --ignore-eos --json --tokenizer --temperature --top-k --top-p --seed; do
+    expect "mkrun --help does not mention $opt" out_has "(^|[^-[:alnum:]])$opt([^-[:alnum:]]|\$)"
+  done
+  run "$MKTOKEN" --help
+  expect "mktoken --help: exit $RC" rc_is 0
+  for opt in --file --decode --skip-special --no-add-special --no-parse-special --tokens; do
+    expect "mktoken --help does not mention $opt" out_has "(^|[^-[:alnum:]])$opt([^-[:alnum:]]|\$)"
+  done
+  finish "mkrun --help and mktoken --help name the text and sampling options"
+}
+
+check_help
+check_mktoken
+check_mktoken_real
+check_mktoken_errors
+check_prompt_stops_at_eos
+check_prompt_file_and_chat
+check_ignore_eos_and_tokens
+check_eos_from_config
+check_json
+check_prompt_ids_unchanged
+check_text_errors
+check_sampling
+
+echo "$PASSED passed, $FAILED failed"
+[[ $FAILED -eq 0 ]]

@@ -1,0 +1,58 @@
+// mkrun's text side: the checkpoint folder's tokenizer, its end-of-sequence ids, the prompt
+// (plain or chat), streaming output and the --json report.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/chat.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace mk::tools {
+
+// The folder of a checkpoint given as a folder or as one .safetensors file.
+inline std::filesystem::path checkpoint_folder(const std::filesystem::path& weights) {
+  return std::filesystem::is_directory(weights) ? weights : weights.parent_path().empty() ? "." : weights.parent_path();
+}
+
+inline std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error(path + ": cannot open");
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// eos_token_id from generation_config.json, else config.json (an id or a list of ids); empty
+// when neither has one.
+inline std::set<int32_t> eos_ids(const std::filesystem::path& dir) {
+  for (const char* name : {"generation_config.json", "config.json"}) {
+    const std::filesystem::path p = dir / name;
+    if (!std::filesystem::exists(p)) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_text_file(p.string()));
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error(p.string() + ": not valid JSON: " + e.what());
+    }
+    if (!j.is_object() || !j.contains("eos_token_id") || j.at("eos_token_id").is_null()) continue;
+    const nlohmann::json& v = j.at("eos_token_id");
+    std::set<int32_t> ids;
+    for (const nlohmann::json& x : v.is_array() ? v : nlohmann::json::array({v})) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0)
+        throw std::runtime_error(p.string() + ": eos_token_id must be a token id or a list of them");
+      ids.insert(x.get<int32_t>());
+    }
+    return ids;
+  }
+  return {};
+}
+
+}  // namespace mk::tools
