@@ -255,3 +255,57 @@ TEST_CASE("op matvec: only the row sub-range is written") {
     CHECK(check_writes(c.mem.f32(c.p.out), 0, 0).written_outside == 0);
   }
 }
+
+TEST_CASE("op matvec: an input of attention partials is combined as it is loaded (attn_reduce fused in)") {
+  std::mt19937 rng(2277);
+  const uint32_t kv_heads = 2, splits = 3, rep = 2, hd = 8;
+  MatvecSetup s;
+  s.cols = kv_heads * rep * hd;
+  s.weight_rows = {24};
+  s.norm = true;
+  s.residual = true;
+  MatvecCase c(s, rng);
+  // Random partials; split 1 of kv head 1 is empty (no positions: m = -inf, l = 0).
+  std::vector<float> partials = randn(size_t{kv_heads} * splits * rep * (hd + 2), rng);
+  std::uniform_real_distribution<float> positive(0.5f, 3.0f);
+  for (uint32_t g = 0; g < kv_heads; ++g)
+    for (uint32_t sp = 0; sp < splits; ++sp)
+      for (uint32_t r = 0; r < rep; ++r) {
+        float* part = partials.data() + ((size_t{g} * splits + sp) * rep + r) * (hd + 2);
+        const bool empty = g == 1 && sp == 1;
+        part[hd] = empty ? -INFINITY : part[hd] * 4;
+        part[hd + 1] = empty ? 0.0f : positive(rng);
+        if (empty) std::fill(part, part + hd, 0.0f);
+      }
+  // The combination, independently in double: what the matvec's reference multiplies.
+  for (uint32_t h = 0; h < kv_heads * rep; ++h) {
+    const uint32_t g = h / rep, r = h % rep;
+    auto part = [&](uint32_t sp) { return partials.data() + ((size_t{g} * splits + sp) * rep + r) * (hd + 2); };
+    double m = -INFINITY, l = 0;
+    for (uint32_t sp = 0; sp < splits; ++sp) m = std::max(m, double(part(sp)[hd]));
+    for (uint32_t sp = 0; sp < splits; ++sp)
+      if (part(sp)[hd + 1] != 0) l += std::exp(part(sp)[hd] - m) * part(sp)[hd + 1];
+    for (uint32_t e = 0; e < hd; ++e) {
+      double a = 0;
+      for (uint32_t sp = 0; sp < splits; ++sp)
+        if (part(sp)[hd + 1] != 0) a += std::exp(part(sp)[hd] - m) * part(sp)[e];
+      c.in[size_t{h} * hd + e] = float(a / l);
+    }
+  }
+  c.p.in = c.mem.add_f32(partials);
+  c.p.in_splits = splits;
+  c.p.in_rep = rep;
+  c.p.in_head_dim = hd;
+  c.run();
+  const auto out = c.mem.f32(c.p.out);
+  const WriteCheck w = check_writes(out, 0, c.rows);
+  CHECK(w.unwritten_inside == 0);
+  const double err = rel_error(out, c.reference(), 0, c.rows);
+  CAPTURE(err);
+  CHECK(err < 1e-5);
+  const auto in_now = c.mem.f32(c.p.in);
+  CHECK(std::equal(in_now.begin(), in_now.end(), partials.begin(), partials.end(), [](float a, float b) {
+    return a == b || (std::isinf(a) && std::isinf(b));
+  }));
+  CHECK(c.mem.guards_intact());
+}
