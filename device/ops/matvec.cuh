@@ -77,28 +77,6 @@ __device__ inline MatvecTiles gpu_tiles(const schedule::MatvecPayload& p, const 
 
 namespace detail {
 
-// Elements 4i..4i+3 of the combination of attention partials [kv_heads, S, rep, hd + 2]: the
-// splits weighted by exp(m_s - max m) over the sum of the weighted l_s (attn_reduce's math).
-// Every load is independent, so the splits' round trips to L2 overlap.
-__device__ __forceinline__ float4 combine_partials4(const float* in, uint32_t i, uint32_t S, uint32_t rep, uint32_t hd) {
-  const uint32_t h = 4 * i / hd, e = 4 * i % hd, g = h / rep, r = h % rep;
-  const float* first = in + (uint64_t{g} * S * rep + r) * (hd + 2);
-  const uint64_t stride = uint64_t{rep} * (hd + 2);  // from one split's partial to the next
-  float M = -INFINITY;
-  for (uint32_t s = 0; s < S; ++s) M = fmaxf(M, __ldcg(first + s * stride + hd));
-  float L = 0;
-  float4 acc = make_float4(0, 0, 0, 0);
-  for (uint32_t s = 0; s < S; ++s) {
-    const float* part = first + s * stride;
-    const float2 ml = __ldcg(reinterpret_cast<const float2*>(part + hd));
-    const float2 a = __ldcg(reinterpret_cast<const float2*>(part + e)), b = __ldcg(reinterpret_cast<const float2*>(part + e + 2));
-    const float w = ml.y == 0 ? 0.0f : expf(ml.x - M);
-    L += w * ml.y;
-    acc.x += w * a.x, acc.y += w * a.y, acc.z += w * b.x, acc.w += w * b.y;
-  }
-  return make_float4(acc.x / L, acc.y / L, acc.z / L, acc.w / L);
-}
-
 // Sums a0..a3 over the warp in 6 shuffles; lane 8*i ends with the sum of a_i.
 __device__ __forceinline__ float warp_sum4(float a0, float a1, float a2, float a3) {
   const uint32_t lane = threadIdx.x % 32;
@@ -127,7 +105,7 @@ __device__ __forceinline__ void consume_tile(const WeightTile& t, const uint16_t
     const uint32_t nr = min(4u, t.rows - r0);
     const uint4* row = tile + r0 * n8;
     float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-#pragma unroll 2
+#pragma unroll 1
     for (uint32_t c = h * 32 + lane; c < n8; c += step) {
       const float4 xa = xlo[c0 + c], xb = xhi[c0 + c];
       a0 += dot8(row[c], xa, xb);
@@ -173,8 +151,7 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
     for (uint32_t k = 0; k < kBatch; ++k) {
       const uint32_t i = base + k * kThreads + tid;
       if (i < cols / 4) {
-        v[k] = p.in_splits ? detail::combine_partials4(mem.at<const float>(p.in), i, p.in_splits, p.in_rep, p.in_head_dim)
-                           : __ldcg(in4 + i);
+        v[k] = __ldcg(in4 + i);
         if (norm) nw[k] = __ldg(norm4 + i);
       }
     }

@@ -8,11 +8,7 @@ namespace mk::device {
 
 void cpu_run(const schedule::MatvecPayload& p, const schedule::StepContext&, const TensorTable& mem) {
   const float* in = mem.at<const float>(p.in);
-  std::vector<float> x(in, in + (p.in_splits ? 0 : p.cols));
-  if (p.in_splits) {
-    x.resize(p.cols);
-    combine_attention_partials(in, x.data(), p.in_splits, p.in_rep, p.in_head_dim, 0, p.cols / p.in_head_dim);
-  }
+  std::vector<float> x(in, in + p.cols);
   if (p.norm != schedule::kNone) {
     const uint16_t* w = mem.at<const uint16_t>(p.norm);
     float ss = 0;

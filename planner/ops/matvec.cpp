@@ -17,23 +17,11 @@ bool is_silu(const OpInfo& op) {
   return act && act->items.front() == "silu_mul";
 }
 
-// An input of rank 4 is an attention op's partials [kv_heads, splits, rep, head_dim + 2]: the
-// matvec combines them (attn_reduce fused into its input load); its vector has kv_heads * rep *
-// head_dim elements.
-bool is_partials(const TensorInfo& in) { return in.shape.size() == 4; }
-
-uint64_t input_length(const TensorInfo& in) {
-  return is_partials(in) ? uint64_t{in.shape[0]} * in.shape[2] * (in.shape[3] - 2) : in.elements();
-}
-
 uint32_t infer(OpCheck& c) {
   const TensorInfo& in = c.tensor("in");
   if (in.role == schedule::Role::weight || in.dtype != schedule::DType::f32)
     c.fail("in", "input '" + in.name + "' must be an f32 activation");
-  if (is_partials(in) && (in.shape[3] < 6 || (in.shape[3] - 2) % 4))
-    c.fail("in", "input '" + in.name + "' has rank 4 but is not attention partials [kv_heads, splits, rep, head_dim + 2] "
-                 "with head_dim a multiple of 4");
-  const uint64_t cols = input_length(in);
+  const uint64_t cols = in.elements();
   if (cols % 8) c.fail("in", "input '" + in.name + "' has " + std::to_string(cols) + " elements; a matvec input must be a multiple of 8 long");
   const std::string act = c.text("act", "none");
   if (act != "none" && act != "silu_mul") c.fail("act", "act is '" + act + "'; expected none or silu_mul");
@@ -81,13 +69,7 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t begin, uint32_t end)
   pl.eps = static_cast<float>(eps ? *eps->number : p.model->number("eps", 1e-5));
   const bool silu = is_silu(op);
   pl.act = static_cast<uint32_t>(silu ? MatvecAct::silu_mul : MatvecAct::none);
-  const TensorInfo& in = p.tensors[pl.in];
-  pl.cols = static_cast<uint32_t>(input_length(in));
-  if (is_partials(in)) {
-    pl.in_splits = in.shape[1];
-    pl.in_rep = in.shape[2];
-    pl.in_head_dim = in.shape[3] - 2;
-  }
+  pl.cols = static_cast<uint32_t>(p.tensors[pl.in].elements());
   const std::vector<std::string>& weights = op.decl->field("weight")->items;
   pl.weight_count = static_cast<uint32_t>(weights.size());
   uint32_t rows = 0;
@@ -102,9 +84,9 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t begin, uint32_t end)
 
   TaskSpec t;
   t.write = {op.out, begin, end};
-  t.reads.push_back({pl.in, 0, in.elements()});
+  t.reads.push_back({pl.in, 0, pl.cols});
   if (pl.residual != schedule::kNone) t.reads.push_back({pl.residual, begin, end});
-  t.bytes = double(end - begin) * pl.cols * 2 * (silu ? 2 : 1) + in.elements() * 4.0 + (end - begin) * 4.0;
+  t.bytes = double(end - begin) * pl.cols * 2 * (silu ? 2 : 1) + pl.cols * 4.0 + (end - begin) * 4.0;
   set_payload(t.inst, schedule::Opcode::matvec, pl);
   return t;
 }

@@ -4,14 +4,7 @@ namespace mk::schedule {
 
 std::string check_payload(const MatvecPayload& p, const Schedule& s) {
   const std::initializer_list<Role> act = {Role::activation, Role::io};
-  if (p.in_splits) {
-    if (!p.in_rep || !p.in_head_dim || p.cols % (p.in_rep * p.in_head_dim) || p.in_head_dim % 4)
-      return "attention partials input: cols must be kv_heads * rep * head_dim, head_dim a multiple of 4";
-    const uint64_t partials = uint64_t{p.cols} / p.in_head_dim * p.in_splits * (p.in_head_dim + 2);
-    if (auto e = expect_tensor(s, p.in, "in", DType::f32, partials, act); !e.empty()) return e;
-  } else if (auto e = expect_tensor(s, p.in, "in", DType::f32, p.cols, act); !e.empty()) {
-    return e;
-  }
+  if (auto e = expect_tensor(s, p.in, "in", DType::f32, p.cols, act); !e.empty()) return e;
   if (auto e = expect_optional_tensor(s, p.norm, "norm", DType::bf16, p.cols, {Role::weight}); !e.empty()) return e;
   if (p.cols == 0 || p.cols % 8) return "cols must be a positive multiple of 8 (the device reads 8 bf16 at a time)";
   if (p.weight_count < 1 || p.weight_count > 3) return "weight_count must be 1 to 3";

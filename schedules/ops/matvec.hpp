@@ -22,10 +22,6 @@ struct MatvecPayload {
   uint32_t weight[3];          // weights bf16 [rows_i, cols]
   uint32_t weight_row_end[3];  // cumulative row ends of the concatenation
   uint32_t row_begin, row_end;
-  // in_splits > 0: `in` holds an attention op's partials [cols / (in_rep * in_head_dim),
-  // in_splits, in_rep, in_head_dim + 2], and the input vector is their combination (what
-  // attn_reduce computes), formed as it is loaded: one dependency hop fewer per layer.
-  uint32_t in_splits, in_rep, in_head_dim;
 };
 
 }  // namespace mk::schedule
