@@ -19,13 +19,10 @@ using namespace mk;
 
 // Per op of the model's layer block (names without their layer digits: "qkv", "attn_part", ...):
 // mean time from reaching the queue head to the waits met, and from there to the signal.
-// Per op of the model's layer block (names without their layer digits: "qkv", "attn_part", ...):
-// mean time from reaching the queue head to the waits met, from there to the signal, and for
-// matvecs the phases inside (input loaded, weights consumed, signalled).
 std::string per_op_summary(const schedule::Schedule& s, const std::vector<device::TraceEvent>& ev) {
   struct Sum {
-    uint32_t n = 0, marked = 0;
-    double wait = 0, run = 0, phase[3] = {0, 0, 0};
+    uint32_t n = 0;
+    double wait = 0, run = 0;
   };
   std::map<std::string, Sum> by_name;
   for (size_t i = 0; i < ev.size(); ++i) {
@@ -35,22 +32,12 @@ std::string per_op_summary(const schedule::Schedule& s, const std::vector<device
     ++sum.n;
     sum.wait += (ev[i].ready - ev[i].start) / 1e3;
     sum.run += (ev[i].end - ev[i].ready) / 1e3;
-    if (ev[i].mark[0] && ev[i].mark[1]) {
-      ++sum.marked;
-      sum.phase[0] += (ev[i].mark[0] - ev[i].ready) / 1e3;
-      sum.phase[1] += (ev[i].mark[1] - ev[i].mark[0]) / 1e3;
-      sum.phase[2] += (ev[i].end - ev[i].mark[1]) / 1e3;
-    }
   }
   std::ostringstream o;
   o.precision(3);
-  o << "per op name (mean per instruction): instructions, wait us, run us [input, weights, signal]\n";
-  for (const auto& [name, sum] : by_name) {
-    o << "  " << name << ": " << sum.n << ", " << sum.wait / sum.n << ", " << sum.run / sum.n;
-    if (sum.marked)
-      o << " [" << sum.phase[0] / sum.marked << ", " << sum.phase[1] / sum.marked << ", " << sum.phase[2] / sum.marked << "]";
-    o << "\n";
-  }
+  o << "per op name (mean per instruction): instructions, wait us, run us\n";
+  for (const auto& [name, sum] : by_name)
+    o << "  " << name << ": " << sum.n << ", " << sum.wait / sum.n << ", " << sum.run / sum.n << "\n";
   return o.str();
 }
 
@@ -59,12 +46,9 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-uint32_t g_l2_prefetch = device::ExecutorOptions{}.l2_prefetch_tiles;
-
 std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t reps, const std::string& trace = "") {
   device::ExecutorOptions eo;
   eo.max_context = context;
-  eo.l2_prefetch_tiles = g_l2_prefetch;
   device::CudaExecutor exec(s, eo);
   for (uint32_t t = 0; t < s.tensors.size(); ++t) {
     const schedule::Tensor& tensor = s.tensors[t];
@@ -102,8 +86,6 @@ int main(int argc, char** argv) {
   app.add_option("--context", context, "decode at this context length (the KV cache is filled with random values)")
       ->capture_default_str();
   app.add_option("--reps", reps, "timed steps")->capture_default_str();
-  app.add_option("--l2-prefetch", g_l2_prefetch, "weight tiles (16 KiB) the producer prefetches into L2 past the ring")
-      ->capture_default_str();
   app.add_option("--trace", trace, "also trace one step: writes PREFIX.json (Chrome/Perfetto) and PREFIX.svg, prints a per-op summary");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -41,7 +41,6 @@ struct KernelParams {
   ErrorRecord* error;
   uint64_t timeout_ns;
   uint32_t ring_stages;
-  uint32_t l2_prefetch_tiles;  // how far past the ring the producer prefetches weights into L2
   uint64_t* trace;  // optional: per instruction kTraceSlots globaltimer values (device/trace.hpp)
 };
 
@@ -109,55 +108,20 @@ __device__ void execute(const schedule::Instruction& inst, const schedule::StepC
   }
 }
 
-// Calls f(tiles) with the weight tiles of one instruction (device/cuda/ring.cuh).
-template <class F>
-__device__ void with_tiles(const KernelParams& p, const schedule::Instruction& inst, F&& f) {
-  switch (static_cast<schedule::Opcode>(inst.opcode)) {
-#define MK_OP(name, code, payload)                                                 \
-  case schedule::Opcode::name:                                                     \
-    f(gpu_tiles(schedule::payload_as<schedule::payload>(inst), p.ctx, p.tensors)); \
-    break;
-#include "schedules/op_table.def"
-#undef MK_OP
-    default: break;
-  }
-}
-
 // The producer warp's loop: the weight tiles of every instruction of this SM, in queue order,
 // each into the next ring stage once that stage's previous tile has been consumed. It never
-// waits on a counter; it stops early only if the launch is aborted. A second cursor runs up to
-// l2_prefetch_tiles tiles past the ring, prefetching them into L2, so that the stream goes on
-// while the ring is full and the compute warps wait for a dependency.
+// waits on a counter; it stops early only if the launch is aborted.
 __device__ void produce_weights(const KernelParams& p, WeightRing ring) {
   const uint32_t begin = p.sm_offsets[blockIdx.x], end = p.sm_offsets[blockIdx.x + 1];
   uint32_t stage = 0, parity = 1;  // tile k: stage k % count; its stage was freed in phase k / count - 1
   bool first_round = true;
-  uint32_t issued = 0;                           // tiles issued into the ring
-  uint32_t pf_inst = begin, pf_tile = 0, pf = 0;  // the prefetch cursor: instruction, its tile, tiles prefetched
   auto aborted = [&] { return *static_cast<volatile uint32_t*>(&p.error->code) != 0; };
-  auto prefetch_to = [&](uint32_t limit) {
-    while (pf < limit && pf_inst < end) {
-      bool done = false;
-      with_tiles(p, p.instructions[pf_inst], [&](const auto& tiles) {
-        const uint32_t n = tiles.count();
-        for (; pf_tile < n && pf < limit; ++pf_tile, ++pf) {
-          const WeightTile t = tiles.at(pf_tile);
-          prefetch_l2(t.src, t.bytes);
-          if (t.src2) prefetch_l2(t.src2, t.bytes);
-        }
-        done = pf_tile >= n;
-      });
-      if (!done) return;
-      ++pf_inst, pf_tile = 0;
-    }
-  };
   auto stream = [&](const auto& tiles) {
     const uint32_t n = tiles.count();
     for (uint32_t j = 0; j < n; ++j) {
       const WeightTile t = tiles.at(j);
       while (*ring.quiet)
         if (aborted()) return false;
-      if (p.l2_prefetch_tiles && issued % 4 == 0) prefetch_to(issued + ring.count + p.l2_prefetch_tiles);
       if (!first_round)
         while (!mbar_try_wait(ring.empty + stage, parity))
           if (aborted()) return false;
@@ -165,13 +129,21 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring) {
       bulk_copy(ring.stages + stage * kStageBytes, t.src, t.bytes, ring.full + stage);
       if (t.src2) bulk_copy(ring.stages + stage * kStageBytes + t.offset2, t.src2, t.bytes, ring.full + stage);
       if (++stage == ring.count) stage = 0, parity ^= 1, first_round = false;
-      ++issued;
     }
     return true;
   };
   for (uint32_t i = begin; i < end; ++i) {
+    const schedule::Instruction& inst = p.instructions[i];
     bool ok = true;
-    with_tiles(p, p.instructions[i], [&](const auto& tiles) { ok = stream(tiles); });
+    switch (static_cast<schedule::Opcode>(inst.opcode)) {
+#define MK_OP(name, code, payload)                                                  \
+  case schedule::Opcode::name:                                                      \
+    ok = stream(gpu_tiles(schedule::payload_as<schedule::payload>(inst), p.ctx, p.tensors)); \
+    break;
+#include "schedules/op_table.def"
+#undef MK_OP
+      default: break;
+    }
     if (!ok) return;
   }
 }
@@ -344,7 +316,6 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   p.error = st_->error;
   p.timeout_ns = static_cast<uint64_t>(opt.watchdog_seconds * 1e9);
   p.ring_stages = st_->stages;
-  p.l2_prefetch_tiles = opt.l2_prefetch_tiles;
   st_->reset_counters();
 }
 

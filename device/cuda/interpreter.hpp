@@ -30,7 +30,6 @@ struct ExecutorOptions {
   uint32_t max_context = 2048;
   double watchdog_seconds = 1.0;  // a wait longer than this aborts the launch with a report
   bool exact_sm_count = true;     // refuse a schedule planned for another SM count
-  uint32_t l2_prefetch_tiles = 16;  // weight tiles (16 KiB) prefetched into L2 past the ring, per SM
 };
 
 // Device memory for one schedule: instruction arrays, counters, and a buffer per tensor

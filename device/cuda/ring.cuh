@@ -98,11 +98,6 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                : "memory");
 }
 
-// Prefetches global memory into L2 (no completion to wait for).
-__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
-
 // An op that streams weights through the ring defines gpu_tiles(payload, ctx, mem): an object with
 // count() and at(j) -> WeightTile, its tiles in the order it consumes them, built once per
 // instruction. Ops that stream none get this one.
