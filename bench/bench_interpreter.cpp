@@ -19,10 +19,13 @@ using namespace mk;
 
 // Per op of the model's layer block (names without their layer digits: "qkv", "attn_part", ...):
 // mean time from reaching the queue head to the waits met, and from there to the signal.
+// Per op of the model's layer block (names without their layer digits: "qkv", "attn_part", ...):
+// mean time from reaching the queue head to the waits met, from there to the signal, and for
+// matvecs the phases inside (input loaded, weights consumed, signalled).
 std::string per_op_summary(const schedule::Schedule& s, const std::vector<device::TraceEvent>& ev) {
   struct Sum {
-    uint32_t n = 0;
-    double wait = 0, run = 0;
+    uint32_t n = 0, marked = 0;
+    double wait = 0, run = 0, phase[3] = {0, 0, 0};
   };
   std::map<std::string, Sum> by_name;
   for (size_t i = 0; i < ev.size(); ++i) {
@@ -32,12 +35,22 @@ std::string per_op_summary(const schedule::Schedule& s, const std::vector<device
     ++sum.n;
     sum.wait += (ev[i].ready - ev[i].start) / 1e3;
     sum.run += (ev[i].end - ev[i].ready) / 1e3;
+    if (ev[i].mark[0] && ev[i].mark[1]) {
+      ++sum.marked;
+      sum.phase[0] += (ev[i].mark[0] - ev[i].ready) / 1e3;
+      sum.phase[1] += (ev[i].mark[1] - ev[i].mark[0]) / 1e3;
+      sum.phase[2] += (ev[i].end - ev[i].mark[1]) / 1e3;
+    }
   }
   std::ostringstream o;
   o.precision(3);
-  o << "per op name (mean per instruction): instructions, wait us, run us\n";
-  for (const auto& [name, sum] : by_name)
-    o << "  " << name << ": " << sum.n << ", " << sum.wait / sum.n << ", " << sum.run / sum.n << "\n";
+  o << "per op name (mean per instruction): instructions, wait us, run us [input, weights, signal]\n";
+  for (const auto& [name, sum] : by_name) {
+    o << "  " << name << ": " << sum.n << ", " << sum.wait / sum.n << ", " << sum.run / sum.n;
+    if (sum.marked)
+      o << " [" << sum.phase[0] / sum.marked << ", " << sum.phase[1] / sum.marked << ", " << sum.phase[2] / sum.marked << "]";
+    o << "\n";
+  }
   return o.str();
 }
 

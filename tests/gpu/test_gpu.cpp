@@ -275,7 +275,9 @@ TEST_CASE("the CUDA backend traces a step (mkrun --trace): every instruction, in
     for (uint32_t i = s.sm_offsets[sm]; i < s.sm_offsets[sm + 1]; ++i) {
       CHECK(ev[i].start <= ev[i].ready);
       CHECK(ev[i].ready <= ev[i].end);
-      if (i > s.sm_offsets[sm]) CHECK(ev[i - 1].end <= ev[i].start);
+      // Thread 0 reaches the next instruction while another warp still signals this one, so
+      // the next start may precede this end, but not this one's execution.
+      if (i > s.sm_offsets[sm]) CHECK(ev[i - 1].ready <= ev[i].start);
     }
   device::write_chrome_trace(s, ev, (dir.path / "t.json").string());
   device::write_trace_svg(s, ev, (dir.path / "t.svg").string());
