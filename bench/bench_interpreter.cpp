@@ -2,6 +2,7 @@
 // Prints the median step time against the floor (weight + KV bytes at 4.58 TB/s), and the
 // same schedule with every wait removed (what the dependencies cost; results are garbage).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <map>
@@ -59,9 +60,14 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t reps, const std::string& trace = "") {
+constexpr uint32_t kSequence = 64;  // steps launched back to back, tokens fed on the device
+
+// Median step time of `reps` single launches at position context - 1; with `sequence`, also the
+// mean of kSequence steps launched back to back from `context` on (as mkrun runs them).
+std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t reps, const std::string& trace = "",
+                        double* sequence = nullptr) {
   device::ExecutorOptions eo;
-  eo.max_context = context;
+  eo.max_context = context + kSequence;
   device::CudaExecutor exec(s, eo);
   for (uint32_t t = 0; t < s.tensors.size(); ++t) {
     const schedule::Tensor& tensor = s.tensors[t];
@@ -76,6 +82,13 @@ std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t 
   for (uint32_t i = 0; i < reps + 3; ++i) {
     const double t = exec.timed_step(17, context - 1) * 1e3;
     if (i >= 3) us.push_back(t);  // the first launches pay for module load and cold caches
+  }
+  if (sequence) {
+    (void)exec.tokens(0, 1);  // waits for the device
+    const auto start = std::chrono::steady_clock::now();
+    for (uint32_t pos = context; pos < context + kSequence; ++pos) exec.launch(pos, true);
+    (void)exec.tokens(context, context + kSequence);
+    *sequence = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / kSequence;
   }
   if (!trace.empty()) {  // one more step, traced
     exec.enable_trace(true);
@@ -110,7 +123,8 @@ int main(int argc, char** argv) {
       if (t.role == schedule::Role::kv_cache) kv_bytes += t.elements() * 2.0 * context;
     }
     const double floor_us = (weight_bytes + kv_bytes) / 4.58e12 * 1e6;
-    const double full = median(run(s, context, reps, trace));
+    double sequence = 0;
+    const double full = median(run(s, context, reps, trace, &sequence));
     schedule::Schedule free = s;
     for (schedule::Instruction& inst : free.instructions) inst.wait_count = 0;
     const double no_waits = median(run(free, context, reps));
@@ -119,7 +133,9 @@ int main(int argc, char** argv) {
               << " GB, floor " << floor_us << " us\n"
               << "  step (median of " << reps << "): " << full << " us = " << floor_us / full * 100 << " % of the floor, "
               << (weight_bytes + kv_bytes) / full / 1e6 << " TB/s\n"
-              << "  same without waits:  " << no_waits << " us = " << floor_us / no_waits * 100 << " % of the floor\n";
+              << "  same without waits:  " << no_waits << " us = " << floor_us / no_waits * 100 << " % of the floor\n"
+              << "  " << kSequence << " steps back to back (tokens fed on the device, host clock): " << sequence
+              << " us per step\n";
   } catch (const std::exception& e) {
     std::cerr << "mkbench: " << e.what() << "\n";
     return 1;

@@ -8,4 +8,6 @@ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMK_CUDA=ON >/dev/null
 cmake --build build-gpu -j"$(nproc)" --target mkplan mkrun mkweights mk_gpu_tests mkbench
 mkdir -p out/gpu-bin
 cp build-gpu/mkplan build-gpu/mkrun build-gpu/mkweights build-gpu/mk_gpu_tests build-gpu/mkbench out/gpu-bin/
+# The commit the binaries were built from (a trailing + marks uncommitted changes), for RESULTS.
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!out' 2>/dev/null || echo +)" > out/gpu-bin/COMMIT
 du -sh out/gpu-bin
