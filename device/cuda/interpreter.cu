@@ -98,8 +98,8 @@ __device__ void counter_signal(const KernelParams& p, const schedule::Instructio
 __device__ void execute(const schedule::Instruction& inst, const schedule::StepContext& ctx, const TensorTable& mem,
                         BlockContext& bc) {
   switch (static_cast<schedule::Opcode>(inst.opcode)) {
-#define MK_OP(name, code, payload)                     \
-  case schedule::Opcode::name:                         \
+#define MK_OP(name, code, payload)                                        \
+  case schedule::Opcode::name:                                            \
     gpu_run(schedule::payload_as<schedule::payload>(inst), ctx, mem, bc); \
     break;
 #include "schedules/op_table.def"
@@ -136,8 +136,8 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring) {
     const schedule::Instruction& inst = p.instructions[i];
     bool ok = true;
     switch (static_cast<schedule::Opcode>(inst.opcode)) {
-#define MK_OP(name, code, payload)                                                  \
-  case schedule::Opcode::name:                                                      \
+#define MK_OP(name, code, payload)                                                           \
+  case schedule::Opcode::name:                                                               \
     ok = stream(gpu_tiles(schedule::payload_as<schedule::payload>(inst), p.ctx, p.tensors)); \
     break;
 #include "schedules/op_table.def"
