@@ -5,8 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
-#include <map>
-#include <sstream>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -17,43 +15,6 @@
 namespace {
 
 using namespace mk;
-
-// Per op of the model's layer block (names without their layer digits: "qkv", "attn_part", ...):
-// mean time from reaching the queue head to the waits met, and from there to the signal.
-// Per op of the model's layer block (names without their layer digits: "qkv", "attn_part", ...):
-// mean time from reaching the queue head to the waits met, from there to the signal, and for
-// matvecs the phases inside (input loaded, weights consumed, signalled).
-std::string per_op_summary(const schedule::Schedule& s, const std::vector<device::TraceEvent>& ev) {
-  struct Sum {
-    uint32_t n = 0, marked = 0;
-    double wait = 0, run = 0, phase[3] = {0, 0, 0};
-  };
-  std::map<std::string, Sum> by_name;
-  for (size_t i = 0; i < ev.size(); ++i) {
-    std::string name = s.ops[s.instructions[i].op].name;
-    name.erase(std::remove_if(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }), name.end());
-    Sum& sum = by_name[name];
-    ++sum.n;
-    sum.wait += (ev[i].ready - ev[i].start) / 1e3;
-    sum.run += (ev[i].end - ev[i].ready) / 1e3;
-    if (ev[i].mark[0] && ev[i].mark[1]) {
-      ++sum.marked;
-      sum.phase[0] += (ev[i].mark[0] - ev[i].ready) / 1e3;
-      sum.phase[1] += (ev[i].mark[1] - ev[i].mark[0]) / 1e3;
-      sum.phase[2] += (ev[i].end - ev[i].mark[1]) / 1e3;
-    }
-  }
-  std::ostringstream o;
-  o.precision(3);
-  o << "per op name (mean per instruction): instructions, wait us, run us [input, weights, signal]\n";
-  for (const auto& [name, sum] : by_name) {
-    o << "  " << name << ": " << sum.n << ", " << sum.wait / sum.n << ", " << sum.run / sum.n;
-    if (sum.marked)
-      o << " [" << sum.phase[0] / sum.marked << ", " << sum.phase[1] / sum.marked << ", " << sum.phase[2] / sum.marked << "]";
-    o << "\n";
-  }
-  return o.str();
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -94,7 +55,7 @@ std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t 
     exec.enable_trace(true);
     exec.timed_step(17, context - 1);
     const auto events = exec.read_trace();
-    std::cout << device::trace_summary(s, events) << per_op_summary(s, events);
+    std::cout << device::trace_summary(s, events);
     device::write_chrome_trace(s, events, trace + ".json");
     device::write_trace_svg(s, events, trace + ".svg");
   }

@@ -217,22 +217,28 @@ std::string trace_summary(const schedule::Schedule& s, const std::vector<TraceEv
   struct Sum {
     uint32_t n = 0, marked = 0;
     double wait = 0, run = 0, phase[3] = {0, 0, 0};  // with marks: ready..mark0, mark0..mark1, mark1..end
+    void add(const TraceEvent& e) {
+      ++n;
+      wait += (e.ready - e.start) / 1e3;
+      run += (e.end - e.ready) / 1e3;
+      if (e.mark[0] && e.mark[1]) {
+        ++marked;
+        phase[0] += (e.mark[0] - e.ready) / 1e3;
+        phase[1] += (e.mark[1] - e.mark[0]) / 1e3;
+        phase[2] += (e.end - e.mark[1]) / 1e3;
+      }
+    }
   };
   const std::string u = unit(opt);
   std::map<uint16_t, Sum> by_op;
+  std::map<std::string, Sum> by_name;  // op names without their layer digits: one line per op of the block
   uint64_t t0 = first_start(ev), t1 = t0;
   for (size_t i = 0; i < ev.size(); ++i) {
-    Sum& sum = by_op[s.instructions[i].opcode];
-    ++sum.n;
-    sum.wait += (ev[i].ready - ev[i].start) / 1e3;
-    sum.run += (ev[i].end - ev[i].ready) / 1e3;
+    by_op[s.instructions[i].opcode].add(ev[i]);
+    std::string name = s.ops[s.instructions[i].op].name;
+    name.erase(std::remove_if(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }), name.end());
+    by_name[name].add(ev[i]);
     t1 = std::max(t1, ev[i].end);
-    if (ev[i].mark[0] && ev[i].mark[1]) {
-      ++sum.marked;
-      sum.phase[0] += (ev[i].mark[0] - ev[i].ready) / 1e3;
-      sum.phase[1] += (ev[i].mark[1] - ev[i].mark[0]) / 1e3;
-      sum.phase[2] += (ev[i].end - ev[i].mark[1]) / 1e3;
-    }
   }
   std::ostringstream o;
   o.precision(3);
@@ -246,6 +252,13 @@ std::string trace_summary(const schedule::Schedule& s, const std::vector<TraceEv
       o << "    phases per instruction: " << sum.phase[0] / sum.marked << " " << u << " to phase 1, "
         << sum.phase[1] / sum.marked << " " << u << " to phase 2, " << sum.phase[2] / sum.marked << " " << u
         << " to the signal\n";
+  }
+  o << "per op name, layer digits dropped (mean per instruction): instructions, wait, run [matvec: input, weights, signal]\n";
+  for (const auto& [name, sum] : by_name) {
+    o << "  " << name << ": " << sum.n << ", " << sum.wait / sum.n << " " << u << ", " << sum.run / sum.n << " " << u;
+    if (sum.marked)
+      o << " [" << sum.phase[0] / sum.marked << ", " << sum.phase[1] / sum.marked << ", " << sum.phase[2] / sum.marked << "]";
+    o << "\n";
   }
   return o.str();
 }

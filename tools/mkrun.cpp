@@ -13,29 +13,6 @@
 #include "schedules/ops/sample.hpp"
 #include "tools/mkrun_text.hpp"
 
-namespace {
-
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    size_t used = 0;
-    long v = -1;
-    try {
-      v = std::stol(item, &used);
-    } catch (const std::exception&) {
-    }
-    if (used != item.size() || v < 0 || v > 0x7fffffff)
-      throw std::invalid_argument("--prompt-ids: '" + item + "' is not a token id (expected e.g. 128000,791,1888)");
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  if (ids.empty()) throw std::invalid_argument("--prompt-ids is empty");
-  if (text.back() == ',') throw std::invalid_argument("--prompt-ids ends with a comma");
-  return ids;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -109,7 +86,7 @@ int main(int argc, char** argv) {
       stop_ids.insert(eos.begin(), eos.end());
       if (ignore_eos) stop_ids.clear();
     } else {
-      ids = parse_ids(prompt);
+      ids = mk::tools::parse_ids(prompt, "--prompt-ids", "128000,791,1888");
     }
     if (!dump.empty() && !std::ofstream(dump)) throw std::runtime_error(dump + ": cannot open for writing");
     for (const char* ext : {".json", ".svg"})

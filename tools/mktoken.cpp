@@ -7,37 +7,8 @@
 
 #include "tokenizer/tokenizer.hpp"
 #include "tools/cli.hpp"
+#include "tools/mkrun_text.hpp"
 
-namespace {
-
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    size_t used = 0;
-    long v = -1;
-    try {
-      v = std::stol(item, &used);
-    } catch (const std::exception&) {
-    }
-    if (used != item.size() || v < 0 || v > 0x7fffffff)
-      throw std::invalid_argument("--decode: '" + item + "' is not a token id (expected e.g. 9906,1917)");
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  if (ids.empty() || text.back() == ',') throw std::invalid_argument("--decode: expected comma-separated ids");
-  return ids;
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(path + ": cannot open");
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -63,12 +34,12 @@ int main(int argc, char** argv) {
     if (given != 1) throw std::invalid_argument("give exactly one of TEXT, --file F or --decode IDS");
     const mk::tok::Tokenizer t = mk::tok::Tokenizer::load(dir);
     if (!decode.empty()) {
-      const std::vector<int32_t> ids = parse_ids(decode);
+      const std::vector<int32_t> ids = mk::tools::parse_ids(decode, "--decode", "9906,1917");
       for (int32_t id : ids) t.token_string(id);  // range check, with a clear message
       std::cout << t.decode(ids, {skip_special}) << "\n";
       return 0;
     }
-    const std::string input = file.empty() ? text : read_all(file);
+    const std::string input = file.empty() ? text : mk::tools::read_text_file(file);
     const std::vector<int32_t> ids = t.encode(input, {!no_special, !parse_special_off});
     if (show_tokens) {
       for (int32_t id : ids) std::cout << id << "\t" << t.token_string(id) << "\n";
