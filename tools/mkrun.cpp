@@ -1,5 +1,6 @@
 // mkrun: run a schedule on a checkpoint: prefill over the prompt, then greedy decoding.
 #include <chrono>
+#include <optional>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   std::string schedule_path, weights_path, prompt = "1", backend_name = "auto", dump, order = "deterministic";
   uint32_t tokens = 16, max_context = 0;
   uint64_t seed = 0;
+  double watchdog = 1.0;
   app.add_option("schedule", schedule_path, "schedule file written by mkplan")->required();
   app.add_option("weights", weights_path, "checkpoint folder (model.safetensors or shards + index) or .safetensors file")->required();
   app.add_option("--prompt-ids", prompt, "comma-separated prompt token ids")->capture_default_str();
@@ -55,11 +57,17 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"deterministic", "shuffled"}));
   app.add_option("--seed", seed, "seed for --order shuffled")->capture_default_str();
+  app.add_option("--watchdog", watchdog,
+                 "CUDA: seconds a counter wait may take before the run is stopped with a report (raise it under "
+                 "compute-sanitizer)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 86400.0));
   if (const auto code = mk::tools::parse(app, argc, argv, "mkrun")) return *code;
 
   try {
     const std::vector<int32_t> ids = parse_ids(prompt);
-    if (!dump.empty() && !std::ofstream(dump)) throw std::runtime_error(dump + ": cannot open for writing");
+    std::optional<mk::io::OutputFile> dump_file;  // opened now: a bad path fails before the run, an old file stays
+    if (!dump.empty()) dump_file.emplace(dump);
     const mk::schedule::Schedule schedule = mk::schedule::read_file(schedule_path);
     const mk::device::Checkpoint ckpt = mk::device::Checkpoint::open(weights_path);
     mk::device::check_weights(schedule, ckpt);
@@ -69,6 +77,7 @@ int main(int argc, char** argv) {
     opt.max_context = max_context ? max_context : static_cast<uint32_t>(steps);
     opt.order = order == "shuffled" ? mk::device::Order::shuffled : mk::device::Order::deterministic;
     opt.seed = seed;
+    opt.watchdog_seconds = watchdog;
     if (backend_name == "cuda" && !mk::device::cuda_available())
       throw std::runtime_error("--backend cuda: no usable GPU (or this build has no CUDA interpreter)");
     std::unique_ptr<mk::device::Backend> backend;
@@ -104,7 +113,7 @@ int main(int argc, char** argv) {
       std::cout << "decode after the prompt: " << decode_steps << " steps, " << r.decode_seconds * 1e6 / decode_steps
                 << " us/token at context " << ids.size() << ".." << r.steps << "\n";
     if (!dump.empty()) {
-      mk::device::write_npy(dump, r.logits);
+      mk::device::write_npy(*dump_file, r.logits);
       std::cout << "wrote " << dump << ": [" << r.logits.size() << ", " << (r.logits.empty() ? 0 : r.logits[0].size())
                 << "] float32\n";
     }
