@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(cmake g++ make libyaml-cpp-dev libboost-graph-dev libcli11-dev doctest-dev nlohmann-json3-dev graphviz)
+# test.sh also needs clang with its runtime libraries (libFuzzer) for the fuzz harnesses.
+[ "${MK_TEST_DEPS:-0}" = 1 ] && packages+=(clang libclang-rt-dev)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -13,5 +15,5 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="$PATH:/usr/local/cuda/bin"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMK_CUDA="${MK_CUDA:-ON}" >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMK_CUDA="${MK_CUDA:-ON}" -DMK_WERROR="${MK_WERROR:-OFF}" >/dev/null
 cmake --build build -j"$(nproc)"
