@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything one visit to the GPU machine runs: the GPU test binary, the comparisons with
-# transformers, mkrun decode timings, and the interpreter benchmark (bench/run.sh). Binaries
+# transformers, mkrun decode timings, the interpreter benchmark (bench/run.sh), and last
+# compute-sanitizer on the tiny models (SAN=0 skips it; see sanitizer_checks). Binaries
 # come prebuilt in $BIN (scripts/gpu_build.sh on the development machine). Everything printed
 # also goes to $LOG/gpu_check.log; LOG is $1, else $OUT, else out/gpu.
 set -uo pipefail
@@ -44,6 +45,77 @@ python3 bench/torch_baseline.py "$WORK/qwen3-4b/ckpt" --context 8128 --steps 32 
 
 step "interpreter benchmark"
 bash bench/run.sh "$BIN" "$LOG" || status=1
+
+# --- compute-sanitizer --------------------------------------------------------------------------
+# memcheck, racecheck, synccheck and initcheck on the CUDA interpreter through mkrun, on both
+# tiny models (schedules for this GPU's SM count, random checkpoints from mkweights). Under the
+# sanitizer the interpreter runs orders of magnitude slower (racecheck most), so mkrun's watchdog
+# is raised (SAN_WATCHDOG seconds, default 600) and each run is bounded by SAN_TIMEOUT (default
+# 1200 s). Some runtimes refuse the sanitizer (gVisor: "Device not supported", then error 999):
+# this section then says so plainly, names the runtime it met, and does not fail the visit.
+# SAN_TOOLS picks the tools (default all four); SAN=0 skips the section.
+# The findings a compute-sanitizer log reports (errors, plus racecheck's hazard warnings);
+# nothing when it printed no summary (it did not run).
+san_findings() {
+  local e r
+  e=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$1" | tail -n 1)
+  r=$(sed -n 's/.*RACECHECK SUMMARY: .*(\([0-9]*\) errors\?, \([0-9]*\) warnings\?).*/\1 \2/p' "$1" | tail -n 1)
+  if [[ -n $r ]]; then echo $(( ${r% *} + ${r#* } + ${e:-0} )); elif [[ -n $e ]]; then echo "$e"; fi
+}
+
+sanitizer_checks() {
+  step "compute-sanitizer"
+  local cs runtime
+  cs=$(command -v compute-sanitizer || true)
+  [[ -z $cs && -x /usr/local/cuda/bin/compute-sanitizer ]] && cs=/usr/local/cuda/bin/compute-sanitizer
+  runtime="kernel $(uname -r), driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)"
+  echo "runtime: $runtime"
+  if [[ -z $cs ]]; then
+    echo "compute-sanitizer: NOT RUN: compute-sanitizer is not installed on this machine ($runtime)"
+    return 0
+  fi
+  "$cs" --version | tail -n 1
+  local sms ex tool out rc findings
+  sms=$(nvidia-smi --query-gpu=multiprocessor_count --format=csv,noheader 2>/dev/null | head -n 1)
+  [[ $sms =~ ^[0-9]+$ ]] || sms=132
+  for ex in tiny-llama tiny-qwen3; do
+    "$BIN/mkplan" "examples/$ex.yaml" -o "$WORK/san-$ex.bin" --sms "$sms" -q &&
+      "$BIN/mkweights" "$WORK/san-$ex.bin" -o "$WORK/san-$ex-w" --seed 5 >/dev/null ||
+      { echo "compute-sanitizer: could not prepare $ex"; status=1; return 0; }
+  done
+  local wd=${SAN_WATCHDOG:-600} limit=${SAN_TIMEOUT:-1200}
+  local run=(--backend cuda --prompt-ids 1,2,3 --tokens 3 --watchdog "$wd")
+  # Can the sanitizer attach here at all? A refusal prints no ERROR SUMMARY.
+  out=$WORK/san-probe.log
+  timeout "$limit" "$cs" --tool memcheck "$BIN/mkrun" "$WORK/san-tiny-llama.bin" "$WORK/san-tiny-llama-w" "${run[@]}" >"$out" 2>&1
+  if [[ -z $(san_findings "$out") ]]; then
+    echo "compute-sanitizer: NOT RUN: it cannot run on this runtime ($runtime); it said:"
+    grep -v '^tokens:' "$out" | head -n 5 | sed 's/^/  /'
+    return 0
+  fi
+  for ex in tiny-llama tiny-qwen3; do
+    for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
+      out=$WORK/san-$ex-$tool.log
+      local extra=()
+      [[ $tool == racecheck ]] && extra=(--racecheck-report all)
+      [[ $tool == initcheck ]] && extra=(--track-unused-memory no)
+      SECONDS=0
+      timeout "$limit" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 99 \
+        "$BIN/mkrun" "$WORK/san-$ex.bin" "$WORK/san-$ex-w" "${run[@]}" >"$out" 2>&1
+      rc=$?
+      findings=$(san_findings "$out")
+      cp "$out" "$LOG/" 2>/dev/null
+      if [[ $rc == 0 && $findings == 0 ]] && grep -q '^tokens:' "$out"; then
+        echo "compute-sanitizer $tool, $ex: 0 findings (${SECONDS} s)"
+      else
+        echo "compute-sanitizer $tool, $ex: FAILED (exit $rc, ${findings:-no} findings reported, ${SECONDS} s; log $LOG/$(basename "$out")):"
+        grep -E 'SUMMARY|=========|mkrun:' "$out" | head -n 12 | sed 's/^/  /'
+        status=1
+      fi
+    done
+  done
+}
+[[ ${SAN:-1} == 0 ]] || sanitizer_checks
 
 step "result"
 [ $status = 0 ] && echo "all GPU checks passed" || echo "SOME GPU CHECKS FAILED"
