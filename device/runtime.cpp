@@ -139,9 +139,9 @@ std::unique_ptr<Backend> make_emulator_backend(const schedule::Schedule& s, cons
 
 GenerateResult generate(Backend& backend, const schedule::Schedule& s, const GenerateOptions& opt, uint32_t max_context) {
   if (opt.prompt.empty()) throw std::invalid_argument("the prompt needs at least one token");
-  const uint32_t vocab = static_cast<uint32_t>(s.tensors[s.logits_tensor].elements());
+  const uint64_t vocab = s.tensors[s.logits_tensor].elements();
   for (int32_t id : opt.prompt)
-    if (id < 0 || static_cast<uint32_t>(id) >= vocab)
+    if (id < 0 || static_cast<uint64_t>(id) >= vocab)
       throw std::invalid_argument("prompt token " + std::to_string(id) + " is outside the vocabulary [0, " +
                                   std::to_string(vocab) + ")");
   const uint64_t all_steps = opt.prompt.size() + (opt.tokens ? uint64_t{opt.tokens} - 1 : 0);

@@ -102,6 +102,7 @@ class Parser {
   ModelGraph graph_;
   std::map<std::string, Location> tensor_locs_, op_locs_;  // for "declared twice" messages
   bool seen_repeat_ = false;
+  uint64_t config_entries_ = 0;
 };
 
 ModelGraph Parser::run(const YAML::Node& root) {
@@ -162,6 +163,11 @@ const Entry& Parser::require(const Entries& entries, const Location& loc, const 
 void Parser::parse_config(const Entry& entry, const std::string& prefix) {
   for (const Entry& e :
        entries(entry.value, "'" + (prefix.empty() ? entry.key : prefix) + "'", at(entry))) {
+    // Aliases let a few lines name exponentially many nested entries ("billion laughs"):
+    // every entry walked counts, aliases expanded.
+    if (++config_entries_ > limits::kMaxConfigEntries)
+      throw Error(e.key_loc, "more than " + std::to_string(limits::kMaxConfigEntries) +
+                                 " config entries (YAML aliases included)");
     if (!is_identifier(e.key))
       throw Error(e.key_loc, "config name '" + e.key + "' is not an identifier");
     std::string name = prefix.empty() ? e.key : prefix + "." + e.key;

@@ -18,6 +18,7 @@ inline constexpr uint64_t kMaxElements = uint64_t{1} << 40;
 inline constexpr int64_t kMaxRepeat = 4096;
 inline constexpr uint64_t kMaxOps = 1u << 18;
 inline constexpr uint64_t kMaxTensors = 1u << 18;
+inline constexpr uint64_t kMaxConfigEntries = 1u << 16;  // nested maps walked, aliases expanded
 
 // A plan: tasks in all, counters in all (the planner and the verifier keep a bitset per counter,
 // so memory grows with the square of this), units of work of one op (payloads store u32), SMs.

@@ -188,6 +188,16 @@ TEST_CASE("hardening: no input makes the reader loop: YAML documents are bounded
           mk::dsl::parse_string("model: m\nconfig: {}\nops:\n  - repeat: {count: 1000000000000000, as: i, ops: []}\n",
                                 "bad.yaml");
         }) == "bad.yaml:4:21: repeat count is 1000000000000000; it must be 1 to 4096");
+  // "Billion laughs": ten levels of ten aliases name 10^10 config entries in eleven lines. The
+  // walk stops at the limit, inside the innermost alias (l0).
+  std::string laughs = "model: m\nconfig:\n  l0: &l0 {a: 1}\n";
+  for (int level = 1; level <= 10; ++level) {
+    laughs += "  l" + std::to_string(level) + ": &l" + std::to_string(level) + " {";
+    for (int i = 0; i < 10; ++i) laughs += (i ? ", k" : "k") + std::to_string(i) + ": *l" + std::to_string(level - 1);
+    laughs += "}\n";
+  }
+  CHECK(error_of([&] { mk::dsl::parse_string(laughs + "ops: []\n", "bad.yaml"); }) ==
+        "bad.yaml:3:12: more than 65536 config entries (YAML aliases included)");
 }
 
 // ---- nesting: every recursive reader has a depth limit -----------------------------------------
