@@ -226,9 +226,10 @@ std::vector<CheckpointTensor> parse_safetensors(const MappedFile& m) {
 }
 
 json read_json_file(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) fail(file, "not a regular file");  // before opening: a FIFO would block
   std::ifstream f(file, std::ios::binary);
   if (!f) fail(file, "cannot open");
-  std::error_code ec;
   const uintmax_t size = fs::file_size(file, ec);
   if (ec || size > limits::kMaxTextBytes) fail(file, "larger than the limit of ", limits::kMaxTextBytes, " bytes");
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

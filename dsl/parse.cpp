@@ -430,10 +430,11 @@ ModelGraph parse_string(const std::string& yaml, const std::string& file_name) {
 }
 
 ModelGraph parse_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
+  // Regular files only, checked before opening (a FIFO would block, /dev/zero never end).
   std::error_code ec;
-  if (!in || !std::filesystem::is_regular_file(path, ec))
-    throw Error({path.string(), 0, 0}, "cannot open the model file");
+  if (!std::filesystem::is_regular_file(path, ec)) throw Error({path.string(), 0, 0}, "cannot open the model file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error({path.string(), 0, 0}, "cannot open the model file");
   const uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec || size > limits::kMaxTextBytes)
     throw Error({path.string(), 0, 0}, "the model file is larger than " + std::to_string(limits::kMaxTextBytes) + " bytes");

@@ -30,8 +30,10 @@ inline constexpr uint32_t kMaxSms = 4096;
 // Nesting depth of every recursive reader: YAML maps and lists, expressions, JSON.
 inline constexpr int kMaxNesting = 64;
 
-// Input files read whole into memory: a model YAML, a JSON index, a safetensors header.
+// Input files read whole into memory: a model YAML, a JSON index, a safetensors header; a
+// schedule file (instructions and tasks are bounded above, waits and signals by 2^28 each).
 inline constexpr uint64_t kMaxTextBytes = uint64_t{64} << 20;
+inline constexpr uint64_t kMaxScheduleBytes = uint64_t{4} << 30;
 
 // The KV-cache capacity in positions (the step context stores u32 and ops compute pos + 1).
 inline constexpr uint64_t kMaxContext = uint64_t{1} << 30;

@@ -305,9 +305,20 @@ void write_file(const Schedule& s, const std::filesystem::path& path) {
 }
 
 Schedule read_file(const std::filesystem::path& path) {
+  // A regular file of bounded size, checked before opening: opening a FIFO would block, and
+  // reading /dev/zero would never end.
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw ScheduleError(path.string() + ": cannot open");
+  if (!std::filesystem::is_regular_file(path, ec)) throw ScheduleError(path.string() + ": not a regular file");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw ScheduleError(path.string() + ": cannot open");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec || size > limits::kMaxScheduleBytes)
+    throw ScheduleError(path.string() + ": larger than the limit of " + std::to_string(limits::kMaxScheduleBytes) +
+                        " bytes for a schedule");
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (static_cast<uintmax_t>(f.gcount()) != size) throw ScheduleError(path.string() + ": read failed");
   return deserialize(bytes, path.string());
 }
 

@@ -663,6 +663,17 @@ check_checkpoint_refusals() {
   exact_error mkrun "w-escape/model.safetensors.index.json: weight_map: shard '../w/model.safetensors' is not a file name inside the checkpoint folder"
   finish "mkrun refuses an index whose shard name leaves the checkpoint folder"
   begin
+  run "$MKRUN" /dev/zero w --backend emulator
+  exact_error mkrun "/dev/zero: not a regular file"
+  finish "mkrun on /dev/zero as the schedule: refused at once instead of reading forever"
+  begin
+  mkfifo model.fifo sched.fifo
+  run "$MKPLAN" model.fifo -o x.bin
+  exact_error mkplan "model.fifo: cannot open the model file"
+  run "$MKRUN" sched.fifo w --backend emulator
+  exact_error mkrun "sched.fifo: not a regular file"
+  finish "mkplan and mkrun on a FIFO: refused at once instead of blocking"
+  begin
   run "$MKRUN" s.bin w --backend emulator --max-context 4000000000
   exact_error mkrun "a context of 4000000000 positions is outside 1 to 1073741824; lower --max-context"
   finish "mkrun --max-context 4000000000: over the limit, said plainly"

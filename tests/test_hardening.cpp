@@ -177,7 +177,7 @@ TEST_CASE("hardening: sizes and counts do not wrap at 32 bits; each has a limit 
 
 // ---- unbounded loops ---------------------------------------------------------------------------
 
-TEST_CASE("hardening: no input makes the reader loop: YAML documents are bounded, repeat counts limited") {
+TEST_CASE("hardening: no input makes a reader loop or block: YAML documents, repeat counts, alias expansion bounded; regular files only") {
   // yaml-cpp 0.7's LoadAll reports an endless run of empty documents for these.
   CHECK(error_of([] { mk::dsl::parse_string(",", "bad.yaml"); }) == "bad.yaml:1:1: YAML syntax error: unexpected ','");
   CHECK(error_of([] { mk::dsl::parse_string("[a,\nb],", "bad.yaml"); }) ==
@@ -188,6 +188,13 @@ TEST_CASE("hardening: no input makes the reader loop: YAML documents are bounded
           mk::dsl::parse_string("model: m\nconfig: {}\nops:\n  - repeat: {count: 1000000000000000, as: i, ops: []}\n",
                                 "bad.yaml");
         }) == "bad.yaml:4:21: repeat count is 1000000000000000; it must be 1 to 4096");
+  // Inputs that never end or block: every reader takes regular files only, checked before opening.
+  CHECK(error_of([] { mk::dsl::parse_file("/dev/zero"); }) == "/dev/zero: cannot open the model file");
+  CHECK(error_of([] { mk::schedule::read_file("/dev/zero"); }) == "/dev/zero: not a regular file");
+  TempDir dir;
+  REQUIRE(mkfifo((dir.path / "model.safetensors.index.json").c_str(), 0600) == 0);
+  CHECK(error_of([&] { mk::device::Checkpoint::open(dir.path); }) ==
+        (dir.path / "model.safetensors.index.json").string() + ": not a regular file");
   // "Billion laughs": ten levels of ten aliases name 10^10 config entries in eleven lines. The
   // walk stops at the limit, inside the innermost alias (l0).
   std::string laughs = "model: m\nconfig:\n  l0: &l0 {a: 1}\n";
