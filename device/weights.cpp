@@ -81,7 +81,8 @@ uint64_t read_u64_le(const uint8_t* p) {
 }
 
 void map_file(const fs::path& file, MappedFile& m) {
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in place of a shard is refused below instead of blocking here.
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail(file, "cannot open: ", std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

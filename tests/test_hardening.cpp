@@ -195,6 +195,10 @@ TEST_CASE("hardening: no input makes a reader loop or block: YAML documents, rep
   REQUIRE(mkfifo((dir.path / "model.safetensors.index.json").c_str(), 0600) == 0);
   CHECK(error_of([&] { mk::device::Checkpoint::open(dir.path); }) ==
         (dir.path / "model.safetensors.index.json").string() + ": not a regular file");
+  TempDir dir2;
+  REQUIRE(mkfifo((dir2.path / "model.safetensors").c_str(), 0600) == 0);
+  CHECK(error_of([&] { mk::device::Checkpoint::open(dir2.path); }) ==
+        (dir2.path / "model.safetensors").string() + ": not a regular file");
   // "Billion laughs": ten levels of ten aliases name 10^10 config entries in eleven lines. The
   // walk stops at the limit, inside the innermost alias (l0).
   std::string laughs = "model: m\nconfig:\n  l0: &l0 {a: 1}\n";
