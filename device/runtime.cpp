@@ -1,9 +1,17 @@
 #include "device/runtime.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <new>
+#include <sstream>
+
+#include "common/output_file.hpp"
+#include "schedules/limits.hpp"
 
 namespace mk::device {
 namespace {
@@ -13,6 +21,7 @@ class EmulatorBackend : public Backend {
   EmulatorBackend(const schedule::Schedule& s, const Checkpoint& ckpt, const RuntimeOptions& opt)
       : s_(s), opt_(opt), emulator_(s) {
     check_weights(s, ckpt);
+    check_context_memory(s, opt.max_context, physical_memory_bytes(), "host memory");
     for (const schedule::Wait& w : s.waits) max_target_ = std::max(max_target_, w.target);
     buffers_.resize(s.tensors.size());
     pointers_.resize(s.tensors.size(), nullptr);
@@ -25,7 +34,12 @@ class EmulatorBackend : public Backend {
       }
       const uint64_t n = t.elements() * (t.role == schedule::Role::kv_cache ? opt.max_context : 1);
       // Poison: all-ones bytes are NaN in f32 and bf16, so a read of anything unwritten shows.
-      buffers_[i].assign(n * schedule::dtype_bytes(t.dtype), 0xff);
+      try {
+        buffers_[i].assign(n * schedule::dtype_bytes(t.dtype), 0xff);
+      } catch (const std::bad_alloc&) {
+        throw std::runtime_error("out of memory: a context of " + std::to_string(opt.max_context) + " positions needs " +
+                                 show_bytes(state_bytes(s, opt.max_context)) + " of host memory; lower --max-context");
+      }
       pointers_[i] = buffers_[i].data();
     }
   }
@@ -82,15 +96,63 @@ class EmulatorBackend : public Backend {
 
 }  // namespace
 
+uint64_t state_bytes(const schedule::Schedule& s, uint64_t max_context) {
+  uint64_t total = 0;
+  for (const schedule::Tensor& t : s.tensors) {
+    if (t.role == schedule::Role::weight) continue;
+    uint64_t n = t.elements() * schedule::dtype_bytes(t.dtype);  // at most 2^42: the reader's limit
+    if (t.role == schedule::Role::kv_cache && __builtin_mul_overflow(n, max_context, &n)) return UINT64_MAX;
+    if (__builtin_add_overflow(total, n, &total)) return UINT64_MAX;
+  }
+  return total;
+}
+
+uint64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : UINT64_MAX;
+}
+
+std::string show_bytes(uint64_t bytes) {
+  if (bytes == UINT64_MAX) return "more than 2^64 bytes";
+  std::ostringstream o;
+  o << bytes << " bytes (";
+  o.setf(std::ios::fixed);
+  o.precision(1);
+  o << double(bytes) / double(1ull << 30) << " GiB)";
+  return o.str();
+}
+
+void check_context_memory(const schedule::Schedule& s, uint64_t max_context, uint64_t available, const std::string& memory) {
+  if (max_context == 0 || max_context > limits::kMaxContext)
+    throw std::invalid_argument("a context of " + std::to_string(max_context) + " positions is outside 1 to " +
+                                std::to_string(limits::kMaxContext) + "; lower --max-context");
+  const uint64_t need = state_bytes(s, max_context);
+  if (need > available)
+    throw std::invalid_argument("a context of " + std::to_string(max_context) + " positions needs " + show_bytes(need) +
+                                " of " + memory + " for the KV caches and activations, more than the " +
+                                show_bytes(available) + " there is; lower --max-context");
+}
+
+void check_finite_logits(std::span<const float> logits, uint32_t step, uint32_t steps) {
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (std::isfinite(logits[i])) continue;
+    std::ostringstream o;
+    o << "step " << step + 1 << " of " << steps << " (position " << step << ") produced a non-finite logit ("
+      << logits[i] << " at vocabulary index " << i
+      << "): the weights or the computation hold NaN or Inf, so its token would be meaningless";
+    throw std::runtime_error(o.str());
+  }
+}
+
 std::unique_ptr<Backend> make_emulator_backend(const schedule::Schedule& s, const Checkpoint& c, const RuntimeOptions& o) {
   return std::make_unique<EmulatorBackend>(s, c, o);
 }
 
 GenerateResult generate(Backend& backend, const schedule::Schedule& s, const GenerateOptions& opt, uint32_t max_context) {
   if (opt.prompt.empty()) throw std::invalid_argument("the prompt needs at least one token");
-  const uint32_t vocab = static_cast<uint32_t>(s.tensors[s.logits_tensor].elements());
+  const uint64_t vocab = s.tensors[s.logits_tensor].elements();
   for (int32_t id : opt.prompt)
-    if (id < 0 || static_cast<uint32_t>(id) >= vocab)
+    if (id < 0 || static_cast<uint64_t>(id) >= vocab)
       throw std::invalid_argument("prompt token " + std::to_string(id) + " is outside the vocabulary [0, " +
                                   std::to_string(vocab) + ")");
   const uint64_t all_steps = opt.prompt.size() + (opt.tokens ? uint64_t{opt.tokens} - 1 : 0);
@@ -109,7 +171,10 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
   auto run = [&](uint32_t done, uint32_t n) {
     backend.run(done, n, prompt);
     const std::vector<int32_t> fed = backend.history(done + 1, done + n + 1);
-    if (opt.keep_logits) r.logits.push_back(backend.logits());
+    // The last step's logits are checked once per chunk: NaN or Inf weights show in every step.
+    std::vector<float> logits = backend.logits();
+    check_finite_logits(logits, done + n - 1, steps);
+    if (opt.keep_logits) r.logits.push_back(std::move(logits));
     for (uint32_t i = 0; i < n; ++i) {
       const uint32_t pos = done + i;
       if (pos + 1 >= prompt) r.tokens.push_back(fed[i]);
@@ -141,23 +206,26 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
 }
 
 void write_npy(const std::string& path, const std::vector<std::vector<float>>& rows) {
+  io::OutputFile f(path);
+  write_npy(f, rows);
+}
+
+void write_npy(io::OutputFile& f, const std::vector<std::vector<float>>& rows) {
+  const std::string path = f.path().string();
   const size_t cols = rows.empty() ? 0 : rows[0].size();
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows.size()) + ", " +
                        std::to_string(cols) + "), }";
   const size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
-  std::ofstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(path + ": cannot open for writing");
-  const uint16_t len = static_cast<uint16_t>(header.size());
-  f.write("\x93NUMPY\x01\x00", 8);
-  f.write(reinterpret_cast<const char*>(&len), 2);
-  f << header;
-  for (const auto& row : rows) {
+  for (const auto& row : rows)
     if (row.size() != cols) throw std::runtime_error(path + ": rows of different lengths");
-    f.write(reinterpret_cast<const char*>(row.data()), static_cast<std::streamsize>(row.size() * sizeof(float)));
-  }
-  if (!f) throw std::runtime_error(path + ": write failed");
+  const uint8_t len[2] = {static_cast<uint8_t>(header.size() & 0xff), static_cast<uint8_t>(header.size() >> 8)};
+  f.write("\x93NUMPY\x01\x00", 8);
+  f.write(len, 2);
+  f.write(header);
+  for (const auto& row : rows) f.write(row.data(), row.size() * sizeof(float));
+  f.commit();
 }
 
 #if !MK_HAVE_CUDA

@@ -4,9 +4,11 @@
 #include <functional>
 #include <memory>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "common/output_file.hpp"
 #include "device/emulator.hpp"
 #include "device/trace.hpp"
 #include "device/weights.hpp"
@@ -18,6 +20,7 @@ struct RuntimeOptions {
   uint32_t max_context = 2048;                // KV-cache capacity in positions
   Order order = Order::deterministic;         // emulator only
   uint64_t seed = 0;                          // emulator shuffled order
+  double watchdog_seconds = 1.0;              // CUDA: a wait longer than this stops the run with a report
 };
 
 // A backend keeps a token history on its side: the step at position p decodes history[p], and
@@ -85,7 +88,22 @@ struct GenerateResult {
 // the vocabulary and the step count against the context before the first step.
 GenerateResult generate(Backend&, const schedule::Schedule&, const GenerateOptions&, uint32_t max_context);
 
-// Writes a float32 .npy array [rows, cols] (rows of equal length).
+// Bytes of activations and KV caches (not weights) a backend holds for a context of
+// `max_context` positions; UINT64_MAX when that overflows.
+uint64_t state_bytes(const schedule::Schedule&, uint64_t max_context);
+uint64_t physical_memory_bytes();
+std::string show_bytes(uint64_t bytes);  // "N bytes (X.Y GiB)"
+// Refuses a context outside 1..limits::kMaxContext or one whose state_bytes exceed `available`
+// bytes of `memory` ("host memory", "GPU memory"), saying how much it needs. A backend calls
+// it before allocating.
+void check_context_memory(const schedule::Schedule&, uint64_t max_context, uint64_t available, const std::string& memory);
+// The check generate() makes after every step: throws naming the step (0-based `step` of
+// `steps`) when a logit is NaN or Inf. One pass over the vocabulary on the host.
+void check_finite_logits(std::span<const float> logits, uint32_t step, uint32_t steps);
+
+// Writes a float32 .npy array [rows, cols] (rows of equal length), through io::OutputFile; the
+// second form writes into one opened earlier (mkrun opens it before the run) and commits it.
 void write_npy(const std::string& path, const std::vector<std::vector<float>>& rows);
+void write_npy(io::OutputFile&, const std::vector<std::vector<float>>& rows);
 
 }  // namespace mk::device

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/output_file.hpp"
 #include "schedules/op_kinds.hpp"
 #include "schedules/ops.hpp"
 
@@ -17,10 +17,6 @@ uint64_t first_start(const std::vector<TraceEvent>& ev) {
   uint64_t t = UINT64_MAX;
   for (const TraceEvent& e : ev) t = std::min(t, e.start);
   return ev.empty() ? 0 : t;
-}
-
-void open_or_throw(std::ofstream& f, const std::string& path) {
-  if (!f) throw std::runtime_error(path + ": cannot open for writing");
 }
 
 void check_sizes(const schedule::Schedule& s, const std::vector<TraceEvent>& ev) {
@@ -78,8 +74,7 @@ std::string fmt(double v) {
 
 }  // namespace
 
-void write_chrome_trace(const schedule::Schedule& s, const std::vector<TraceEvent>& ev, const std::string& path,
-                        const TraceOptions& opt) {
+std::string chrome_trace(const schedule::Schedule& s, const std::vector<TraceEvent>& ev, const TraceOptions& opt) {
   check_sizes(s, ev);
   const schedule::OpKinds kinds = schedule::op_kinds(s.ops);
   const uint64_t t0 = first_start(ev);
@@ -111,15 +106,16 @@ void write_chrome_trace(const schedule::Schedule& s, const std::vector<TraceEven
   nlohmann::json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ns"}};
   doc["otherData"] = {{"clock", opt.logical ? "emulator logical clock: one instruction is one tick, written as 1 us"
                                             : "GPU globaltimer"}};
-  std::ofstream f(path);
-  open_or_throw(f, path);
   // Names come from the model: invalid UTF-8 is replaced rather than refused.
-  f << doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  if (!f) throw std::runtime_error(path + ": write failed");
+  return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-void write_trace_svg(const schedule::Schedule& s, const std::vector<TraceEvent>& ev, const std::string& path,
-                     const TraceOptions& opt) {
+void write_chrome_trace(const schedule::Schedule& s, const std::vector<TraceEvent>& ev, const std::string& path,
+                        const TraceOptions& opt) {
+  io::write_file(path, chrome_trace(s, ev, opt));
+}
+
+std::string trace_svg(const schedule::Schedule& s, const std::vector<TraceEvent>& ev, const TraceOptions& opt) {
   check_sizes(s, ev);
   const schedule::OpKinds kinds = schedule::op_kinds(s.ops);
   const uint64_t t0 = first_start(ev);
@@ -137,8 +133,7 @@ void write_trace_svg(const schedule::Schedule& s, const std::vector<TraceEvent>&
   const double legend_y = top + plot_h + 40;
   const double height = legend_y + legend_rows * 18 + 10;
 
-  std::ofstream f(path);
-  open_or_throw(f, path);
+  std::ostringstream f;
   f << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height
     << "' font-family='Helvetica,Arial,sans-serif' font-size='11'>\n<rect width='100%' height='100%' fill='white'/>\n"
     << "<defs><pattern id='wait' width='4' height='4' patternUnits='userSpaceOnUse' patternTransform='rotate(45)'>"
@@ -209,7 +204,12 @@ void write_trace_svg(const schedule::Schedule& s, const std::vector<TraceEvent>&
       << "<text x='" << x + 19 << "' y='" << y + 10 << "'>" << xml(label) << "</text>\n";
   }
   f << "</svg>\n";
-  if (!f) throw std::runtime_error(path + ": write failed");
+  return f.str();
+}
+
+void write_trace_svg(const schedule::Schedule& s, const std::vector<TraceEvent>& ev, const std::string& path,
+                     const TraceOptions& opt) {
+  io::write_file(path, trace_svg(s, ev, opt));
 }
 
 std::string trace_summary(const schedule::Schedule& s, const std::vector<TraceEvent>& ev, const TraceOptions& opt) {

@@ -23,7 +23,10 @@ struct TraceOptions {
   bool logical = false;  // the emulator's clock: 1000 "ns" per tick, shown as ticks rather than us
 };
 
-// `events` is indexed like schedule.instructions.
+// `events` is indexed like schedule.instructions. The file writers go through io::OutputFile;
+// the string forms are for callers that opened their output early.
+std::string chrome_trace(const schedule::Schedule&, const std::vector<TraceEvent>&, const TraceOptions& = {});
+std::string trace_svg(const schedule::Schedule&, const std::vector<TraceEvent>&, const TraceOptions& = {});
 void write_chrome_trace(const schedule::Schedule&, const std::vector<TraceEvent>&, const std::string& path,
                         const TraceOptions& = {});
 void write_trace_svg(const schedule::Schedule&, const std::vector<TraceEvent>&, const std::string& path,

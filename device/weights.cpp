@@ -17,7 +17,9 @@
 #include <set>
 #include <sstream>
 
+#include "common/output_file.hpp"
 #include "device/bf16.hpp"
+#include "schedules/limits.hpp"
 #include "schedules/schedule.hpp"
 
 namespace mk::device {
@@ -79,7 +81,8 @@ uint64_t read_u64_le(const uint8_t* p) {
 }
 
 void map_file(const fs::path& file, MappedFile& m) {
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in place of a shard is refused below instead of blocking here.
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail(file, "cannot open: ", std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -98,6 +101,36 @@ void map_file(const fs::path& file, MappedFile& m) {
     m.data = static_cast<const uint8_t*>(p);
   }
   ::close(fd);  // the mapping stays valid without the descriptor
+}
+
+// Parses JSON with the checks every reader here needs: nesting at most limits::kMaxNesting deep
+// (what nlohmann's recursive dump and comparisons may walk), and no key twice in one object
+// (nlohmann would keep the last one silently). Throws WeightError naming `file`; a syntax error
+// is "<what>: <nlohmann's message>".
+template <class Iterator>
+json parse_json(const fs::path& file, const char* what, Iterator first, Iterator last) {
+  std::vector<std::set<std::string>> keys;  // per open object
+  auto check = [&](int depth, json::parse_event_t event, json& value) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        if (depth >= limits::kMaxNesting) fail(file, "JSON nested deeper than ", limits::kMaxNesting, " levels");
+        if (event == json::parse_event_t::object_start) keys.emplace_back();
+        break;
+      case json::parse_event_t::object_end: keys.pop_back(); break;
+      case json::parse_event_t::key:
+        if (!keys.empty() && !keys.back().insert(value.get<std::string>()).second)
+          fail(file, "JSON key '", value.get<std::string>(), "' given twice in one object");
+        break;
+      default: break;
+    }
+    return true;
+  };
+  try {
+    return json::parse(first, last, check);
+  } catch (const json::exception& e) {
+    fail(file, what, ": ", e.what());
+  }
 }
 
 // Reads a JSON array of non-negative integers; false (the caller reports it) on anything else.
@@ -156,15 +189,17 @@ CheckpointTensor parse_entry(const fs::path& file, const std::string& key, const
   return t;
 }
 
-// Rejects two tensors sharing bytes: writers never do that, so it means a corrupt header.
+// Rejects two tensors sharing bytes: writers never do that, so it means a corrupt header. Each
+// tensor is compared with the one reaching furthest among those before it (not just the
+// previous one, which may be short or empty).
 void check_no_overlap(const fs::path& file, std::vector<CheckpointTensor>& ts) {
   std::sort(ts.begin(), ts.end(), [](const auto& a, const auto& b) { return a.bytes.data() < b.bytes.data(); });
-  for (size_t i = 1; i < ts.size(); ++i) {
-    const auto& prev = ts[i - 1];
-    const auto& cur = ts[i];
-    if (prev.bytes.empty() || cur.bytes.empty()) continue;
-    if (cur.bytes.data() < prev.bytes.data() + prev.bytes.size())
-      fail(file, "tensors '", prev.key, "' and '", cur.key, "' overlap in the data area");
+  const CheckpointTensor* furthest = nullptr;
+  for (const CheckpointTensor& cur : ts) {
+    if (cur.bytes.empty()) continue;
+    if (furthest && cur.bytes.data() < furthest->bytes.data() + furthest->bytes.size())
+      fail(file, "tensors '", furthest->key, "' and '", cur.key, "' overlap in the data area");
+    if (!furthest || cur.bytes.data() + cur.bytes.size() > furthest->bytes.data() + furthest->bytes.size()) furthest = &cur;
   }
 }
 
@@ -174,12 +209,8 @@ std::vector<CheckpointTensor> parse_safetensors(const MappedFile& m) {
   const uint64_t n = read_u64_le(m.data);
   if (n > m.size - 8)
     fail(file, "header length ", n, " exceeds the ", m.size - 8, " bytes after the length field (file truncated?)");
-  json header;
-  try {
-    header = json::parse(m.data + 8, m.data + 8 + n);
-  } catch (const json::exception& e) {
-    fail(file, "bad JSON header: ", e.what());
-  }
+  if (n > limits::kMaxTextBytes) fail(file, "header length ", n, " is over the limit of ", limits::kMaxTextBytes, " bytes");
+  const json header = parse_json(file, "bad JSON header", m.data + 8, m.data + 8 + n);
   if (!header.is_object()) fail(file, "JSON header must be an object, found ", header.type_name());
   const uint8_t* data = m.data + 8 + n;
   const uint64_t data_size = m.size - 8 - n;
@@ -196,13 +227,24 @@ std::vector<CheckpointTensor> parse_safetensors(const MappedFile& m) {
 }
 
 json read_json_file(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) fail(file, "not a regular file");  // before opening: a FIFO would block
   std::ifstream f(file, std::ios::binary);
   if (!f) fail(file, "cannot open");
-  try {
-    return json::parse(f);
-  } catch (const json::exception& e) {
-    fail(file, "bad JSON: ", e.what());
-  }
+  const uintmax_t size = fs::file_size(file, ec);
+  if (ec || size > limits::kMaxTextBytes) fail(file, "larger than the limit of ", limits::kMaxTextBytes, " bytes");
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return parse_json(file, "bad JSON", text.begin(), text.end());
+}
+
+// A shard named in an index must be a file inside the checkpoint folder: a relative path
+// without "..", so that an index cannot make the runtime map files elsewhere.
+void check_shard_name(const fs::path& index, const std::string& shard) {
+  const fs::path p(shard);
+  bool escapes = p.is_absolute() || p.has_root_name() || p.has_root_directory() || shard.find('\0') != std::string::npos;
+  for (const fs::path& part : p)
+    if (part == "..") escapes = true;
+  if (escapes) fail(index, "weight_map: shard '", shard, "' is not a file name inside the checkpoint folder");
 }
 
 // shard file name -> keys the index puts there
@@ -214,6 +256,7 @@ std::map<std::string, std::vector<std::string>> read_index(const fs::path& index
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
     if (!it->is_string() || it->get<std::string>().empty())
       fail(index, "weight_map: key '", it.key(), "' must map to a shard file name, found ", it->dump());
+    check_shard_name(index, it->get<std::string>());
     shards[it->get<std::string>()].push_back(it.key());
   }
   return shards;
@@ -341,31 +384,25 @@ void write_safetensors(const fs::path& file, const std::vector<NewTensor>& tenso
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data area 8-byte aligned
 
-  const fs::path tmp = file.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) fail(tmp, "cannot create");
+  try {
+    io::OutputFile f(file);  // readers never see a half-written file
     uint8_t len[8];
     for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(uint64_t{text.size()} >> (8 * i));
-    f.write(reinterpret_cast<const char*>(len), 8);
-    f.write(text.data(), static_cast<std::streamsize>(text.size()));
+    f.write(len, 8);
+    f.write(text);
     for (const NewTensor& t : tensors) {
       if constexpr (std::endian::native == std::endian::little) {
-        f.write(reinterpret_cast<const char*>(t.bf16.data()), static_cast<std::streamsize>(2 * t.bf16.size()));
+        f.write(t.bf16.data(), 2 * t.bf16.size());
       } else {
-        for (uint16_t v : t.bf16) f.put(static_cast<char>(v & 0xff)).put(static_cast<char>(v >> 8));
+        std::vector<uint8_t> le;
+        for (uint16_t v : t.bf16) le.push_back(static_cast<uint8_t>(v & 0xff)), le.push_back(static_cast<uint8_t>(v >> 8));
+        f.write(le.data(), le.size());
       }
     }
-    f.close();
-    if (!f) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      fail(tmp, "write failed");
-    }
+    f.commit();
+  } catch (const io::OutputError& e) {
+    throw WeightError(e.what());
   }
-  std::error_code ec;
-  fs::rename(tmp, file, ec);  // readers never see a half-written file
-  if (ec) fail(file, "cannot rename from ", tmp.string(), ": ", ec.message());
 }
 
 namespace {
@@ -437,10 +474,11 @@ void write_random_checkpoint(const schedule::Schedule& s, const fs::path& dir, u
   fs::create_directories(dir, ec);
   if (ec) fail(dir, "cannot create folder: ", ec.message());
   write_safetensors(dir / "model.safetensors", tensors);
-  std::ofstream cfg(dir / "config.json", std::ios::trunc);
-  cfg << json{{"mk_generated", true}, {"seed", seed}}.dump(2) << "\n";
-  cfg.close();
-  if (!cfg) fail(dir / "config.json", "write failed");
+  try {
+    io::write_file(dir / "config.json", json{{"mk_generated", true}, {"seed", seed}}.dump(2) + "\n");
+  } catch (const io::OutputError& e) {
+    throw WeightError(e.what());
+  }
 }
 
 }  // namespace mk::device

@@ -1,6 +1,7 @@
 #include "dsl/expr.hpp"
 
 #include <charconv>
+#include "schedules/limits.hpp"
 #include <cmath>
 #include <sstream>
 
@@ -62,7 +63,18 @@ class Evaluator {
     }
   }
 
+  // Unary signs and parentheses recurse: their depth is bounded so that no text can exhaust the stack.
+  struct Nested {
+    explicit Nested(int& depth) : depth_(depth) {
+      if (++depth_ > limits::kMaxNesting)
+        throw ExprFailure{"nested deeper than " + std::to_string(limits::kMaxNesting) + " levels"};
+    }
+    ~Nested() { --depth_; }
+    int& depth_;
+  };
+
   double unary() {
+    Nested guard(depth_);
     if (accept('-')) return -unary();
     if (accept('+')) return unary();
     return primary();
@@ -71,6 +83,7 @@ class Evaluator {
   double primary() {
     skip_space();
     if (accept('(')) {
+      Nested guard(depth_);
       double v = sum();
       if (!accept(')')) throw ExprFailure{"missing ')'"};
       return v;
@@ -137,6 +150,7 @@ class Evaluator {
   std::string_view text_;
   const Scope& scope_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 // Doubles hold every integer a model needs exactly, so "integral" is a plain comparison.

@@ -1,4 +1,5 @@
 // YAML -> ModelGraph. yaml-cpp is used only here; the rest of the toolchain sees ModelGraph.
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 
 #include "dsl/expr.hpp"
 #include "dsl/model.hpp"
+#include "schedules/limits.hpp"
 
 namespace mk::dsl {
 namespace {
@@ -100,6 +102,7 @@ class Parser {
   ModelGraph graph_;
   std::map<std::string, Location> tensor_locs_, op_locs_;  // for "declared twice" messages
   bool seen_repeat_ = false;
+  uint64_t config_entries_ = 0;
 };
 
 ModelGraph Parser::run(const YAML::Node& root) {
@@ -133,10 +136,12 @@ Entries Parser::entries(const YAML::Node& map, const std::string& what, const Lo
   if (!map.IsMap()) throw Error(loc, "expected a map for " + what + ", got " + kind_of(map));
   Entries out;
   for (auto it = map.begin(); it != map.end(); ++it) {
-    const YAML::Node& key = it->first;
+    // Copies: `it->first` lives in a proxy that dies at the end of the full expression.
+    const YAML::Node key = it->first;
+    const YAML::Node value = it->second;
     if (!key.IsScalar()) fail(key, "expected a scalar key in " + what);
     if (find(out, key.Scalar())) fail(key, "key '" + key.Scalar() + "' given twice in " + what);
-    out.push_back({key.Scalar(), at(key), it->second});
+    out.push_back({key.Scalar(), at(key), value});
   }
   return out;
 }
@@ -158,6 +163,11 @@ const Entry& Parser::require(const Entries& entries, const Location& loc, const 
 void Parser::parse_config(const Entry& entry, const std::string& prefix) {
   for (const Entry& e :
        entries(entry.value, "'" + (prefix.empty() ? entry.key : prefix) + "'", at(entry))) {
+    // Aliases let a few lines name exponentially many nested entries ("billion laughs"):
+    // every entry walked counts, aliases expanded.
+    if (++config_entries_ > limits::kMaxConfigEntries)
+      throw Error(e.key_loc, "more than " + std::to_string(limits::kMaxConfigEntries) +
+                                 " config entries (YAML aliases included)");
     if (!is_identifier(e.key))
       throw Error(e.key_loc, "config name '" + e.key + "' is not an identifier");
     std::string name = prefix.empty() ? e.key : prefix + "." + e.key;
@@ -267,8 +277,9 @@ void Parser::parse_repeat(const Entry& entry, const Scope& outer) {
   Location count_loc = at(count_entry);
   int64_t count =
       evaluate_integer(substitute(scalar(count_entry), outer, count_loc), outer, count_loc);
-  if (count <= 0)
-    throw Error(count_loc, "repeat count is " + std::to_string(count) + "; it must be positive");
+  if (count <= 0 || count > limits::kMaxRepeat)
+    throw Error(count_loc, "repeat count is " + std::to_string(count) + "; it must be 1 to " +
+                               std::to_string(limits::kMaxRepeat));
   const Entry& as = require(block, entry.key_loc, "as", where);
   std::string variable = scalar(as);
   if (!is_identifier(variable))
@@ -336,6 +347,8 @@ std::string Parser::op_name(const OpDecl& op, const Entry* name, const Scope& sc
 }
 
 void Parser::add_tensor(TensorDecl tensor) {
+  if (graph_.tensors.size() >= limits::kMaxTensors)
+    throw Error(tensor.loc, "more than " + std::to_string(limits::kMaxTensors) + " tensors");
   auto [first, fresh] = tensor_locs_.emplace(tensor.name, tensor.loc);
   if (!fresh)
     throw Error(tensor.loc, "tensor '" + tensor.name + "' declared twice (first at " +
@@ -344,6 +357,8 @@ void Parser::add_tensor(TensorDecl tensor) {
 }
 
 void Parser::add_op(OpDecl op) {
+  if (graph_.ops.size() >= limits::kMaxOps)
+    throw Error(op.loc, "more than " + std::to_string(limits::kMaxOps) + " ops");
   auto [first, fresh] = op_locs_.emplace(op.name, op.loc);
   if (!fresh)
     throw Error(op.loc,
@@ -351,25 +366,78 @@ void Parser::add_op(OpDecl op) {
   graph_.ops.push_back(std::move(op));
 }
 
+// The first pass over the text: checks the nesting depth (every recursive walk after it, in
+// yaml-cpp and here, is bounded by it) and that the stream holds one document. It drives
+// yaml-cpp's event parser a bounded number of times itself: YAML::LoadAll loops forever on some
+// one-byte inputs (yaml-cpp 0.7 reports a new empty document at the same position again and
+// again, e.g. for ",").
+class Precheck : public YAML::EventHandler {
+ public:
+  explicit Precheck(std::string file) : file_(std::move(file)) {}
+
+  void run(const std::string& yaml) {
+    std::istringstream in(yaml);
+    YAML::Parser parser(in);
+    std::vector<YAML::Mark> starts;
+    while (starts.size() < 3 && parser.HandleNextDocument(*this)) {
+      if (!starts.empty() && starts.back().pos == document_start_.pos) {
+        const size_t at = static_cast<size_t>(std::max(document_start_.pos, 0));
+        throw Error(location(file_, document_start_),
+                    "YAML syntax error: unexpected '" + std::string(1, at < yaml.size() ? yaml[at] : ' ') + "'");
+      }
+      starts.push_back(document_start_);
+    }
+    if (starts.size() > 1)
+      throw Error(location(file_, starts[1]), "expected one YAML document, found a second one here");
+  }
+
+  void OnDocumentStart(const YAML::Mark& mark) override { document_start_ = mark, depth_ = 0; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    enter(mark);
+  }
+  void OnSequenceEnd() override { --depth_; }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    enter(mark);
+  }
+  void OnMapEnd() override { --depth_; }
+
+ private:
+  void enter(const YAML::Mark& mark) {
+    if (++depth_ > limits::kMaxNesting)
+      throw Error(location(file_, mark), "YAML nested deeper than " + std::to_string(limits::kMaxNesting) + " levels");
+  }
+  std::string file_;
+  YAML::Mark document_start_ = YAML::Mark::null_mark();
+  int depth_ = 0;
+};
+
 }  // namespace
 
 ModelGraph parse_string(const std::string& yaml, const std::string& file_name) {
+  if (yaml.size() > limits::kMaxTextBytes)
+    throw Error({file_name, 0, 0}, "the model is " + std::to_string(yaml.size()) + " bytes; the limit is " +
+                                       std::to_string(limits::kMaxTextBytes));
   try {
-    // A second document would otherwise be ignored without a word.
-    std::vector<YAML::Node> documents = YAML::LoadAll(yaml);
-    if (documents.size() > 1)
-      throw Error(location(file_name, documents[1].Mark()),
-                  "expected one YAML document, found " + std::to_string(documents.size()));
-    return Parser(file_name).run(documents.empty() ? YAML::Node() : documents[0]);
+    Precheck(file_name).run(yaml);
+    return Parser(file_name).run(YAML::Load(yaml));
   } catch (const YAML::Exception& e) {
     throw Error(location(file_name, e.mark), "YAML syntax error: " + e.msg);
   }
 }
 
 ModelGraph parse_file(const std::filesystem::path& path) {
+  // Regular files only, checked before opening (a FIFO would block, /dev/zero never end).
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw Error({path.string(), 0, 0}, "cannot open the model file");
   std::ifstream in(path, std::ios::binary);
-  if (!in || !std::filesystem::is_regular_file(path))
-    throw Error({path.string(), 0, 0}, "cannot open the model file");
+  if (!in) throw Error({path.string(), 0, 0}, "cannot open the model file");
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec || size > limits::kMaxTextBytes)
+    throw Error({path.string(), 0, 0}, "the model file is larger than " + std::to_string(limits::kMaxTextBytes) + " bytes");
   std::ostringstream text;
   text << in.rdbuf();
   return parse_string(text.str(), path.string());

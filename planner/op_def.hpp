@@ -47,21 +47,27 @@ class OpCheck {
   double config(const std::string& key, double fallback) const;
   std::string config_text(const std::string& key, const std::string& fallback) const;
   [[noreturn]] void fail(const char* field, const std::string& message) const;  // at the field, else the op
-  // Declares (or checks against the declaration) the op's output.
-  void set_output(std::vector<uint32_t> shape, schedule::DType dtype = schedule::DType::f32);
+  // Declares (or checks against the declaration) the op's output. Dimensions are 64-bit and
+  // checked against the limits here. A new tensor is added to the program only after infer
+  // returns, so references from tensor() stay valid through the whole infer step.
+  void set_output(const std::vector<uint64_t>& shape, schedule::DType dtype = schedule::DType::f32);
+  // The output tensor set_output declared, for analyze() to add (empty name: none pending).
+  TensorInfo take_pending_output() { return std::move(pending_); }
   OpInfo& op() const { return op_; }
   const Program& program() const { return program_; }
 
  private:
   Program& program_;
   OpInfo& op_;
+  TensorInfo pending_;
 };
 
 struct OpDef {
   const char* name;
   std::span<const FieldSpec> fields;
-  // Checks shapes and fields, calls set_output, and returns the number of units.
-  uint32_t (*infer)(OpCheck&);
+  // Checks shapes and fields, calls set_output, and returns the number of units (64-bit: analyze
+  // checks it against limits::kMaxUnits).
+  uint64_t (*infer)(OpCheck&);
   // Lowers units [begin, end) of the op to one task.
   TaskSpec (*lower)(const Program&, const OpInfo&, uint32_t unit_begin, uint32_t unit_end);
 };

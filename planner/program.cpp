@@ -1,9 +1,11 @@
 #include <algorithm>
+#include <cmath>
 #include <queue>
 #include <set>
 #include <sstream>
 
 #include "planner/op_def.hpp"
+#include "schedules/limits.hpp"
 #include "schedules/ops.hpp"
 
 namespace mk::planner {
@@ -29,7 +31,8 @@ std::string field_list(const OpDef& def) {
   return s;
 }
 
-std::string shape_str(const std::vector<uint32_t>& shape) {
+template <class T>
+std::string shape_str(const std::vector<T>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
@@ -59,6 +62,12 @@ std::vector<std::string> input_names(const OpDef& def, const dsl::OpDecl& decl) 
       if (const dsl::Value* v = decl.field(f.name))
         for (const std::string& item : v->items) names.push_back(item);
   return names;
+}
+
+std::string show_number(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
 }
 
 const dsl::Value& located(const dsl::OpDecl& decl, const char* field) {
@@ -151,33 +160,34 @@ std::string OpCheck::config_text(const std::string& key, const std::string& fall
   return program_.model->text(key, fallback);
 }
 
-void OpCheck::set_output(std::vector<uint32_t> shape, DType dtype) {
+void OpCheck::set_output(const std::vector<uint64_t>& shape, DType dtype) {
   const dsl::Value& v = located(*op_.decl, "out");
   const std::string& name = v.items.front();
-  uint32_t id = program_.find(name);
+  uint64_t n = 1;
+  for (uint64_t d : shape)
+    if (d == 0 || d > limits::kMaxDimension || __builtin_mul_overflow(n, d, &n) || n > limits::kMaxElements)
+      throw dsl::Error(v.loc, "op '" + op_.name + "' would produce " + shape_str(shape) + ", over the limits (each dimension 1 to " +
+                                  std::to_string(limits::kMaxDimension) + ", at most " + std::to_string(limits::kMaxElements) +
+                                  " elements)");
+  const uint32_t id = program_.find(name);
   if (id == schedule::kNone) {
-    TensorInfo t;
-    t.name = name;
-    t.role = Role::activation;
-    t.dtype = dtype;
-    t.shape = std::move(shape);
-    t.layer = op_.layer;
-    t.loc = v.loc;
-    id = static_cast<uint32_t>(program_.tensors.size());
-    program_.tensors.push_back(std::move(t));
-    program_.tensor_ids.emplace(name, id);
+    pending_ = TensorInfo{};
+    pending_.name = name;
+    pending_.role = Role::activation;
+    pending_.dtype = dtype;
+    pending_.shape.assign(shape.begin(), shape.end());
+    pending_.layer = op_.layer;
+    pending_.loc = v.loc;
   } else {
     const TensorInfo& t = program_.tensors[id];
-    uint64_t n = 1;
-    for (uint32_t d : shape) n *= d;
     if (t.elements() != n)
       throw dsl::Error(v.loc, "op '" + op_.name + "' produces " + shape_str(shape) + " but '" + name + "' is declared " +
                                   shape_str(t.shape) + " at " + t.loc.str());
     if (t.dtype != dtype)
       throw dsl::Error(v.loc, "op '" + op_.name + "' produces " + schedule::dtype_name(dtype) + " but '" + name +
                                   "' is declared " + schedule::dtype_name(t.dtype));
+    op_.out = id;
   }
-  op_.out = id;
 }
 
 // ---- analyze ----
@@ -191,11 +201,16 @@ Program analyze(const dsl::ModelGraph& model) {
     t.key = d.key;
     t.layer = d.layer;
     t.loc = d.loc;
+    if (d.shape.size() > schedule::kMaxRank) throw dsl::Error(d.loc, "'" + d.name + "' has more than 4 dimensions");
+    uint64_t elements = 1;
     for (int64_t dim : d.shape) {
-      if (dim <= 0 || dim > 0xffffffffll) throw dsl::Error(d.loc, "dimension out of range in '" + d.name + "'");
+      if (dim <= 0 || static_cast<uint64_t>(dim) > limits::kMaxDimension)
+        throw dsl::Error(d.loc, "dimension " + std::to_string(dim) + " of '" + d.name + "' is out of range (1 to " +
+                                    std::to_string(limits::kMaxDimension) + ")");
+      if (__builtin_mul_overflow(elements, static_cast<uint64_t>(dim), &elements) || elements > limits::kMaxElements)
+        throw dsl::Error(d.loc, "'" + d.name + "' has more than " + std::to_string(limits::kMaxElements) + " elements");
       t.shape.push_back(static_cast<uint32_t>(dim));
     }
-    if (t.shape.size() > schedule::kMaxRank) throw dsl::Error(d.loc, "'" + d.name + "' has more than 4 dimensions");
     switch (d.kind) {
       case dsl::TensorKind::weight: t.role = Role::weight, t.dtype = DType::bf16; break;
       case dsl::TensorKind::kv_cache: t.role = Role::kv_cache, t.dtype = DType::bf16; break;
@@ -292,20 +307,31 @@ Program analyze(const dsl::ModelGraph& model) {
     throw dsl::Error(model.ops[cycle.front()].loc, "the ops " + names + " form a cycle through their inputs and outputs");
   }
 
-  // Infer shapes in dataflow order, then split into units.
+  // Infer shapes in dataflow order, then split into units. Sizes are 64-bit and bounded here,
+  // where they are computed, so every count downstream fits its field.
+  uint64_t tasks = 0, counters = 0;
   for (size_t i : order) {
     OpInfo op = ops[i];
     OpCheck check(p, op);
     const OpDef& def = op_def(op.opcode);
-    op.units = def.infer(check);
+    const uint64_t units = def.infer(check);
+    if (TensorInfo out = check.take_pending_output(); !out.name.empty()) {
+      op.out = static_cast<uint32_t>(p.tensors.size());
+      p.tensor_ids.emplace(out.name, op.out);
+      p.tensors.push_back(std::move(out));
+    }
+    if (units == 0 || units > limits::kMaxUnits)
+      check.fail(nullptr, "the op has " + std::to_string(units) + " units of work; the limit is " + std::to_string(limits::kMaxUnits));
+    op.units = static_cast<uint32_t>(units);
     for (const std::string& name : input_names(def, *op.decl))
       if (const uint32_t id = p.find(name); p.tensors[id].role == Role::activation || p.tensors[id].role == Role::io)
         if (std::find(op.inputs.begin(), op.inputs.end(), id) == op.inputs.end()) op.inputs.push_back(id);
+    // Range first: converting a double outside uint32_t is undefined.
     const double split = check.number("split", 1), chunks = check.number("chunks", 1);
-    if (split < 1 || split != static_cast<uint32_t>(split))
-      check.fail("split", "split must be a positive integer, got " + std::to_string(split));
-    if (chunks < 1 || chunks != static_cast<uint32_t>(chunks))
-      check.fail("chunks", "chunks must be a positive integer, got " + std::to_string(chunks));
+    if (!(split >= 1 && split <= 0xffffffffu) || split != std::floor(split))
+      check.fail("split", "split must be a positive integer, got " + show_number(split));
+    if (!(chunks >= 1 && chunks <= 0xffffffffu) || chunks != std::floor(chunks))
+      check.fail("chunks", "chunks must be a positive integer, got " + show_number(chunks));
     op.split = static_cast<uint32_t>(split);
     op.chunks = static_cast<uint32_t>(chunks);
     if (op.split > op.units)
@@ -315,6 +341,10 @@ Program analyze(const dsl::ModelGraph& model) {
     if (out_elems % op.chunks)
       check.fail("chunks", "chunks " + std::to_string(op.chunks) + " does not divide the " + std::to_string(out_elems) +
                                " elements of '" + p.tensors[op.out].name + "'");
+    if ((tasks += op.split) > limits::kMaxTasks)
+      check.fail("split", "the model has more than " + std::to_string(limits::kMaxTasks) + " tasks in all");
+    if ((counters += op.chunks) > limits::kMaxCounters)
+      check.fail("chunks", "the model has more than " + std::to_string(limits::kMaxCounters) + " chunks (counters) in all");
     p.ops.push_back(std::move(op));
   }
 

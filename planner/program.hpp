@@ -32,7 +32,7 @@ struct OpInfo {
   std::vector<uint32_t> inputs;  // activation tensors read (dataflow edges)
   uint32_t out = schedule::kNone;
   uint32_t split = 1, chunks = 1;
-  uint32_t units = 1;  // indivisible work items; split is at most this
+  uint32_t units = 1;  // indivisible work items; split is at most this (and at most limits::kMaxUnits)
 };
 
 struct Program {

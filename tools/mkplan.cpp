@@ -1,14 +1,15 @@
 // mkplan: YAML model -> verified binary schedule (+ Graphviz of its dependencies).
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
 
 #include "tools/cli.hpp"
 
+#include "common/output_file.hpp"
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
 
@@ -80,20 +81,25 @@ int main(int argc, char** argv) {
     options.sm_count = sms;
     options.policy = mk::planner::policy_by_name(policy);
     const mk::planner::Plan plan = mk::planner::plan(model, options);
-    const size_t bytes = mk::schedule::serialize(plan.schedule).size();
+    const std::vector<uint8_t> schedule = mk::schedule::serialize(plan.schedule);
+    const size_t bytes = schedule.size();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (!dot_path.empty()) {  // before the schedule, so a bad --dot path leaves no half-done output
-      std::ostringstream text;  // a selection of no task is refused before the file is touched
+    // Both outputs are complete on disk before either is put in place: a failure leaves neither.
+    std::optional<mk::io::OutputFile> dot_file;
+    if (!dot_path.empty()) {
+      std::ostringstream text;  // a selection of no task is refused before any file is touched
       const auto stats = mk::planner::write_dot(plan, text, dot_options);
-      std::ofstream dot(dot_path);
-      if (!dot) throw std::runtime_error(dot_path + ": cannot open for writing");
-      dot << text.str();
-      if (!dot) throw std::runtime_error(dot_path + ": write failed");
+      dot_file.emplace(dot_path);
+      dot_file->write(text.str());
+      dot_file->close();
       if (dot_options.level == mk::planner::DotLevel::task && stats.nodes + stats.edges > 20000)
         std::cerr << "mkplan: warning: " << dot_path << " has " << stats.nodes << " nodes and " << stats.edges
                   << " edges; Graphviz will take minutes or fail on it. Pick a few layers and ops: --dot-layers 0-1 --dot-ops 'qkv*,attn*'\n";
     }
-    mk::schedule::write_file(plan.schedule, out_path);
+    mk::io::OutputFile out(out_path);
+    out.write(schedule.data(), schedule.size());
+    out.commit();
+    if (dot_file) dot_file->commit();
     if (!quiet) {
       std::cout << mk::planner::summary(plan);
       std::cout << "wrote " << out_path << ": " << bytes << " bytes, planned and verified in " << ms << " ms\n";

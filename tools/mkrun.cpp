@@ -1,6 +1,7 @@
 // mkrun: run a schedule on a checkpoint: prefill over the prompt, then greedy decoding (or
 // sampling, with a sample op). Prompt ids in, ids out; or text in, streamed text out.
 #include <chrono>
+#include <optional>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   std::string text, text_file, system, tokenizer_dir;
   bool chat = false, ignore_eos = false, as_json = false;
+  double watchdog = 1.0;
   app.add_option("schedule", schedule_path, "schedule file written by mkplan")->required();
   app.add_option("weights", weights_path, "checkpoint folder (model.safetensors or shards + index) or .safetensors file")->required();
   auto* ids_opt = app.add_option("--prompt-ids", prompt, "comma-separated prompt token ids")->capture_default_str();
@@ -58,6 +60,11 @@ int main(int argc, char** argv) {
   app.add_option("--trace", trace,
                  "trace the last step: writes PREFIX.json (Chrome/Perfetto) and PREFIX.svg (one lane per SM), prints where the "
                  "time went; on the GPU in us, on the emulator on a logical clock (one tick per instruction)");
+  app.add_option("--watchdog", watchdog,
+                 "CUDA: seconds a counter wait may take before the run is stopped with a report (raise it under "
+                 "compute-sanitizer)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 86400.0));
   if (const auto code = mk::tools::parse(app, argc, argv, "mkrun")) return *code;
 
   try {
@@ -88,9 +95,10 @@ int main(int argc, char** argv) {
     } else {
       ids = mk::tools::parse_ids(prompt, "--prompt-ids", "128000,791,1888");
     }
-    if (!dump.empty() && !std::ofstream(dump)) throw std::runtime_error(dump + ": cannot open for writing");
-    for (const char* ext : {".json", ".svg"})
-      if (!trace.empty() && !std::ofstream(trace + ext)) throw std::runtime_error(trace + ext + ": cannot open for writing");
+    // Outputs are opened now: a bad path fails before the run, and an old file stays until the end.
+    std::optional<mk::io::OutputFile> dump_file, trace_json, trace_svg;
+    if (!dump.empty()) dump_file.emplace(dump);
+    if (!trace.empty()) trace_json.emplace(trace + ".json"), trace_svg.emplace(trace + ".svg");
     mk::schedule::Schedule schedule = mk::schedule::read_file(schedule_path);
     sampling.seed = seed;
     const bool sampling_asked = temp_opt->count() || topk_opt->count() || topp_opt->count();
@@ -105,6 +113,7 @@ int main(int argc, char** argv) {
     opt.max_context = max_context ? max_context : static_cast<uint32_t>(steps);
     opt.order = order == "shuffled" ? mk::device::Order::shuffled : mk::device::Order::deterministic;
     opt.seed = seed;
+    opt.watchdog_seconds = watchdog;
     if (backend_name == "cuda" && !mk::device::cuda_available())
       throw std::runtime_error("--backend cuda: no usable GPU (or this build has no CUDA interpreter)");
     std::unique_ptr<mk::device::Backend> backend;
@@ -191,12 +200,14 @@ int main(int argc, char** argv) {
                    (topt.logical ? " (logical clock)" : "");
       const std::vector<mk::device::TraceEvent> events = backend->trace();
       std::cout << mk::device::trace_summary(schedule, events, topt);
-      mk::device::write_chrome_trace(schedule, events, trace + ".json", topt);
-      mk::device::write_trace_svg(schedule, events, trace + ".svg", topt);
+      trace_json->write(mk::device::chrome_trace(schedule, events, topt));
+      trace_json->commit();
+      trace_svg->write(mk::device::trace_svg(schedule, events, topt));
+      trace_svg->commit();
       std::cout << "wrote " << trace << ".json and " << trace << ".svg\n";
     }
     if (!dump.empty()) {
-      mk::device::write_npy(dump, r.logits);
+      mk::device::write_npy(*dump_file, r.logits);
       std::cout << "wrote " << dump << ": [" << r.logits.size() << ", " << (r.logits.empty() ? 0 : r.logits[0].size())
                 << "] float32\n";
     }

@@ -10,7 +10,7 @@ namespace {
 class CudaBackend : public Backend {
  public:
   CudaBackend(const schedule::Schedule& s, const Checkpoint& ckpt, const RuntimeOptions& opt)
-      : s_(s), exec_(s, ExecutorOptions{opt.max_context, 1.0, true}) {
+      : s_(s), exec_(s, ExecutorOptions{opt.max_context, opt.watchdog_seconds, true}) {
     check_weights(s, ckpt);  // before anything is uploaded
     for (uint32_t i = 0; i < s.tensors.size(); ++i)
       if (s.tensors[i].role == schedule::Role::weight) {

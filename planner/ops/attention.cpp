@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "planner/op_def.hpp"
+#include "schedules/limits.hpp"
 #include "schedules/ops/attention.hpp"
 
 namespace mk::planner {
@@ -24,11 +25,11 @@ Dims dims_of(const Program& p, const OpInfo& op) {
   const TensorInfo& qkv = p.tensors[p.find(op.decl->field("qkv")->items.front())];
   const dsl::Value* s = op.decl->field("kv_splits");
   Dims d{0, k.shape[0], k.shape[1], s ? static_cast<uint32_t>(*s->number) : 1};
-  d.heads = static_cast<uint32_t>(qkv.elements() / d.head_dim - 2 * d.kv_heads);
+  d.heads = static_cast<uint32_t>(qkv.elements() / d.head_dim - 2ull * d.kv_heads);
   return d;
 }
 
-uint32_t infer(OpCheck& c) {
+uint64_t infer(OpCheck& c) {
   const TensorInfo& k = c.tensor("k_cache");
   const TensorInfo& v = c.tensor("v_cache");
   for (const TensorInfo* cache : {&k, &v})
@@ -56,16 +57,17 @@ uint32_t infer(OpCheck& c) {
   const std::string scaling = c.config_text("rope.scaling", "none");
   if (scaling != "none" && scaling != "llama3")
     c.fail(nullptr, "config rope.scaling is '" + scaling + "'; expected none or llama3");
-  const uint32_t heads = static_cast<uint32_t>(n / hd - 2 * kv_heads);
-  const uint32_t group = heads / kv_heads;
+  const uint64_t heads = n / hd - 2ull * kv_heads;
+  const uint64_t group = heads / kv_heads;
   if (group > schedule::kMaxGroup || (group & (group - 1))) c.fail("qkv", "q heads per kv head must be 1, 2, 4 or 8");
-  c.set_output({kv_heads, static_cast<uint32_t>(splits), heads / kv_heads, hd + 2});
-  return kv_heads * static_cast<uint32_t>(splits);
+  if (heads > limits::kMaxDimension) c.fail("qkv", "more than " + std::to_string(limits::kMaxDimension) + " heads");
+  c.set_output({kv_heads, static_cast<uint64_t>(splits), group, hd + 2ull});
+  return uint64_t{kv_heads} * static_cast<uint64_t>(splits);
 }
 
 TaskSpec lower(const Program& p, const OpInfo& op, uint32_t begin, uint32_t end) {
   const Dims d = dims_of(p, op);
-  const uint32_t rep = d.heads / d.kv_heads;
+  const uint64_t rep = d.heads / d.kv_heads;
   auto id = [&](const char* field) {
     const dsl::Value* v = op.decl->field(field);
     return v ? p.find(v->items.front()) : schedule::kNone;

@@ -6,11 +6,11 @@ namespace {
 
 constexpr FieldSpec kFields[] = {{"in", FieldKind::input, true}, {"out", FieldKind::output, true}};
 
-uint32_t infer(OpCheck& c) {
+uint64_t infer(OpCheck& c) {
   const TensorInfo& in = c.tensor("in");
   if (in.role != schedule::Role::activation || in.shape.size() != 4 || in.shape[3] < 3)
     c.fail("in", "'" + in.name + "' must be attention partials [kv_heads, kv_splits, rep, head_dim + 2]");
-  const uint32_t heads = in.shape[0] * in.shape[2];
+  const uint64_t heads = uint64_t{in.shape[0]} * in.shape[2];
   c.set_output({heads * (in.shape[3] - 2)});
   return heads;
 }

@@ -6,7 +6,7 @@ namespace {
 
 constexpr FieldSpec kFields[] = {{"table", FieldKind::input, true}, {"out", FieldKind::output, true}};
 
-uint32_t infer(OpCheck& c) {
+uint64_t infer(OpCheck& c) {
   const TensorInfo& table = c.tensor("table");
   if (table.role != schedule::Role::weight || table.shape.size() != 2)
     c.fail("table", "table '" + table.name + "' must be a 2-D weight [vocab, hidden]");

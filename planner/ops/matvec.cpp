@@ -17,7 +17,7 @@ bool is_silu(const OpInfo& op) {
   return act && act->items.front() == "silu_mul";
 }
 
-uint32_t infer(OpCheck& c) {
+uint64_t infer(OpCheck& c) {
   const TensorInfo& in = c.tensor("in");
   if (in.role == schedule::Role::weight || in.dtype != schedule::DType::f32)
     c.fail("in", "input '" + in.name + "' must be an f32 activation");
@@ -51,8 +51,8 @@ uint32_t infer(OpCheck& c) {
     c.fail("residual", "shape mismatch: residual '" + res->name + "' has " + std::to_string(res->elements()) +
                            " elements, the output " + std::to_string(rows));
   if (!(c.number("eps", c.config("eps", 1e-5)) > 0)) c.fail("eps", "eps must be positive");
-  c.set_output({static_cast<uint32_t>(rows)});
-  return static_cast<uint32_t>(rows);
+  c.set_output({rows});
+  return rows;
 }
 
 TaskSpec lower(const Program& p, const OpInfo& op, uint32_t begin, uint32_t end) {

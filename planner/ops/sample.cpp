@@ -8,7 +8,7 @@ namespace {
 // (--temperature, --top-k, --top-p, --seed) in the loaded schedule.
 constexpr FieldSpec kFields[] = {{"in", FieldKind::input, true}, {"out", FieldKind::output, true}};
 
-uint32_t infer(OpCheck& c) {
+uint64_t infer(OpCheck& c) {
   const TensorInfo& in = c.tensor("in");
   if (in.role == schedule::Role::weight || in.dtype != schedule::DType::f32)
     c.fail("in", "'" + in.name + "' must be an f32 activation (the logits)");

@@ -10,7 +10,7 @@ std::string check_payload(const AttentionPayload& p, const Schedule& s) {
   if (group > kMaxGroup || (group & (group - 1))) return "q heads per kv head must be 1, 2, 4 or 8";
   if (p.kv_splits > 64) return "at most 64 kv splits";
   const uint64_t hd = p.head_dim, rep = p.heads / p.kv_heads;
-  if (auto e = expect_tensor(s, p.qkv, "qkv", DType::f32, (p.heads + 2ull * p.kv_heads) * hd, {Role::activation});
+  if (auto e = expect_tensor(s, p.qkv, "qkv", DType::f32, (p.heads + 2ull * p.kv_heads) * hd, {Role::activation, Role::io});
       !e.empty())
     return e;
   if (auto e = expect_optional_tensor(s, p.q_norm, "q_norm", DType::bf16, hd, {Role::weight}); !e.empty()) return e;
@@ -20,10 +20,10 @@ std::string check_payload(const AttentionPayload& p, const Schedule& s) {
   if (auto e = expect_tensor(s, p.v_cache, "v_cache", DType::bf16, p.kv_heads * hd, {Role::kv_cache}); !e.empty())
     return e;
   if (p.k_cache == p.v_cache) return "k_cache and v_cache must differ";
-  if (auto e = expect_tensor(s, p.out, "out", DType::f32, p.kv_heads * p.kv_splits * rep * (hd + 2), {Role::activation});
+  if (auto e = expect_tensor(s, p.out, "out", DType::f32, uint64_t{p.kv_heads} * p.kv_splits * rep * (hd + 2), {Role::activation, Role::io});
       !e.empty())
     return e;
-  if (p.unit_begin >= p.unit_end || p.unit_end > p.kv_heads * p.kv_splits) return "unit range outside the op";
+  if (p.unit_begin >= p.unit_end || p.unit_end > uint64_t{p.kv_heads} * p.kv_splits) return "unit range outside the op";
   if (p.rope_scaling > static_cast<uint32_t>(RopeScaling::llama3)) return "unknown rope scaling";
   if (!(p.rope_theta > 0.0f) || !(p.scale > 0.0f) || !(p.norm_eps > 0.0f)) return "theta, scale and eps must be positive";
   return {};

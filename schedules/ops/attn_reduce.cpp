@@ -7,10 +7,10 @@ std::string check_payload(const AttnReducePayload& p, const Schedule& s) {
   if (p.kv_heads == 0 || p.kv_splits == 0 || p.rep == 0 || p.head_dim == 0) return "zero dimension";
   if (p.head_dim > kMaxHeadDim || p.kv_splits > 64) return "head_dim above 128 or more than 64 splits";
   const uint64_t heads = uint64_t{p.kv_heads} * p.rep;
-  if (auto e = expect_tensor(s, p.in, "in", DType::f32, heads * p.kv_splits * (p.head_dim + 2ull), {Role::activation});
+  if (auto e = expect_tensor(s, p.in, "in", DType::f32, heads * p.kv_splits * (p.head_dim + 2ull), {Role::activation, Role::io});
       !e.empty())
     return e;
-  if (auto e = expect_tensor(s, p.out, "out", DType::f32, heads * p.head_dim, {Role::activation}); !e.empty()) return e;
+  if (auto e = expect_tensor(s, p.out, "out", DType::f32, heads * p.head_dim, {Role::activation, Role::io}); !e.empty()) return e;
   if (p.head_begin >= p.head_end || p.head_end > heads) return "head range outside the op";
   return {};
 }

@@ -11,7 +11,7 @@ std::string check_payload(const MatvecPayload& p, const Schedule& s) {
   if (p.act > static_cast<uint32_t>(MatvecAct::silu_mul)) return "unknown activation";
   const bool silu = p.act == static_cast<uint32_t>(MatvecAct::silu_mul);
   if (silu && p.weight_count != 2) return "silu_mul needs exactly two weights (gate, up)";
-  uint32_t rows = 0;
+  uint64_t rows = 0;  // 64-bit: a sum of u32 row counts
   for (uint32_t i = 0; i < p.weight_count; ++i) {
     if (auto e = expect_tensor(s, p.weight[i], "weight", DType::bf16, 0, {Role::weight}); !e.empty()) return e;
     const Tensor& w = s.tensors[p.weight[i]];
