@@ -138,7 +138,6 @@ sanitizer_checks() {
       out=$WORK/san-$ex-$tool.log
       local extra=()
       [[ $tool == racecheck ]] && extra=(--racecheck-report all)
-      [[ $tool == initcheck ]] && extra=(--track-unused-memory no)
       SECONDS=0
       timeout "$limit" "$cs" --tool "$tool" "${extra[@]}" --error-exitcode 99 \
         "$BIN/mkrun" "$WORK/san-$ex.bin" "$WORK/san-$ex-w" "${run[@]}" >"$out" 2>&1
@@ -148,7 +147,9 @@ sanitizer_checks() {
         echo "compute-sanitizer $tool, $ex: 0 findings (${SECONDS} s)"
       else
         echo "compute-sanitizer $tool, $ex: FAILED (exit $rc, ${findings:-no} findings reported, ${SECONDS} s):"
-        grep -E 'SUMMARY|=========|mkrun:' "$out" | head -n 12 | sed 's/^/  /'
+        grep -E 'SUMMARY|mkrun:' "$out" | head -n 4 | sed 's/^/  /'
+        echo "  source lines named in its reports (count):"
+        grep -oE 'in [A-Za-z_]+\.(cuh|cu|cpp|hpp):[0-9]+' "$out" | sort | uniq -c | sort -rn | head -n 8 | sed 's/^/  /'
         status=1
       fi
     done

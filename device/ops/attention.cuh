@@ -174,6 +174,7 @@ struct GroupSoftmax {
         sum += e;
       }
       sum = warp_sum(sum);
+      __syncwarp();  // every lane has read m[r] before lane 0 writes it
       if (lane == 0) {
         const float c = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
         m[r] = m_new;
