@@ -9,7 +9,8 @@
 # Binaries come prebuilt in $BIN (scripts/gpu_build.sh on the development machine).
 # Everything printed goes to $LOG/gpu_check.log, and $LOG/RESULTS-table.md gets the table
 # (bench/results.py). LOG is $1, else $OUT, else out/gpu. QUICK=1 runs only the GPU tests and
-# the interpreter benchmark (for iterating on the interpreter).
+# the interpreter benchmark (for iterating on the interpreter); SAN_ONLY=1 the GPU tests and
+# compute-sanitizer.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=${1:-${OUT:-out/gpu}}
@@ -43,6 +44,7 @@ echo "commit: $(cat "$BIN/COMMIT" 2>/dev/null || echo unknown)"
 step "GPU tests"
 bounded 120 "$BIN/mk_gpu_tests" || status=1
 
+if [ "${SAN_ONLY:-0}" != 1 ]; then
 step "interpreter benchmark"
 bounded 180 bash bench/run.sh "$BIN" "$LOG" || status=1
 if [ "${QUICK:-0}" = 1 ]; then
@@ -81,6 +83,8 @@ timing llama-3.2-1b 512 128
 step "mkrun --trace: llama-3.2-1b (the last of 16 steps, into LOG/mkrun-trace-llama-3.2-1b.{json,svg})"
 bounded 60 "$BIN/mkrun" "$WORK/llama-3.2-1b/sched.bin" "$WORK/llama-3.2-1b/ckpt" --backend cuda --prompt-ids 128000,791,1888 \
   --tokens 14 --trace "$LOG/mkrun-trace-llama-3.2-1b" | tail -n 10 || status=1
+
+fi
 
 # --- compute-sanitizer --------------------------------------------------------------------------
 # memcheck, racecheck, synccheck and initcheck on the CUDA interpreter through mkrun, on both
@@ -156,9 +160,10 @@ sanitizer_checks() {
   done
 }
 [[ ${SAN:-1} == 0 ]] || sanitizer_checks
-
+if [ "${SAN_ONLY:-0}" != 1 ]; then
 compare qwen3-4b
 timing qwen3-4b 8128 64
+fi
 
 python3 bench/results.py "$LOG/gpu_check.log" --commit "$(cat "$BIN/COMMIT" 2>/dev/null || echo unknown)" > "$LOG/RESULTS-table.md"
 step "result"
