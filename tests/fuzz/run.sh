@@ -25,5 +25,6 @@ extra=()
 for f in "${extra[@]}"; do cp "$f" "$work/"; done
 artifacts=${FUZZ_ARTIFACTS:-./}
 # detect_leaks=0 would hide leaks; keep them on. -timeout: an input taking over 20 s is a finding.
-exec "$binary" -dict="$here/$harness.dict" -artifact_prefix="$artifacts" -timeout=20 -rss_limit_mb=4096 \
+# Not exec: the trap above removes the temporary corpus afterwards.
+"$binary" -dict="$here/$harness.dict" -artifact_prefix="$artifacts" -timeout=20 -rss_limit_mb=4096 \
   -print_final_stats=1 "$@" "$work" "$seeds"
