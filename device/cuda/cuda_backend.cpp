@@ -7,10 +7,22 @@
 namespace mk::device {
 namespace {
 
+// Refuses a context whose KV caches and activations do not fit beside the weights in the GPU's
+// free memory, saying how much they need, before anything is allocated.
+const schedule::Schedule& fits_gpu_memory(const schedule::Schedule& s, uint32_t max_context) {
+  const uint64_t free = cuda_free_memory();
+  if (free == 0) return s;  // unknown: the allocations report what fails
+  uint64_t weights = 0;
+  for (const schedule::Tensor& t : s.tensors)
+    if (t.role == schedule::Role::weight) weights += t.elements() * schedule::dtype_bytes(t.dtype);
+  check_context_memory(s, max_context, free > weights ? free - weights : 0, "GPU memory");
+  return s;
+}
+
 class CudaBackend : public Backend {
  public:
   CudaBackend(const schedule::Schedule& s, const Checkpoint& ckpt, const RuntimeOptions& opt)
-      : s_(s), exec_(s, ExecutorOptions{opt.max_context, opt.watchdog_seconds, true}) {
+      : s_(s), exec_(fits_gpu_memory(s, opt.max_context), ExecutorOptions{opt.max_context, opt.watchdog_seconds, true}) {
     check_weights(s, ckpt);  // before anything is uploaded
     for (uint32_t i = 0; i < s.tensors.size(); ++i)
       if (s.tensors[i].role == schedule::Role::weight) {

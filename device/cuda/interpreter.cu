@@ -258,6 +258,15 @@ int cuda_device_sm_count() {
   return sms;
 }
 
+uint64_t cuda_free_memory() {
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return free;
+}
+
 CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& opt) : st_(std::make_unique<State>()) {
   st_->s = &s;
   st_->opt = opt;

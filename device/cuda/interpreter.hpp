@@ -74,5 +74,6 @@ class CudaExecutor {
 };
 
 int cuda_device_sm_count();  // 0 when there is no usable GPU
+uint64_t cuda_free_memory();  // free device memory in bytes; 0 when it cannot be read
 
 }  // namespace mk::device
