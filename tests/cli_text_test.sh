@@ -28,45 +28,9 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/mk-cli-text.XXXXXX") || exit 2
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK" || exit 2
 
-PASSED=0
-FAILED=0
-WHY=()
-LAST=""
-RC=0
-TIMEOUT=()
-command -v timeout >/dev/null && TIMEOUT=(timeout 60)
-
-run() {
-  LAST="$*"
-  "${TIMEOUT[@]}" "$@" >"$WORK/stdout" 2>"$WORK/stderr"
-  RC=$?
-}
-expect() {
-  local what=$1
-  shift
-  "$@" || WHY+=("$what")
-}
-begin() { WHY=(); LAST=""; }
-finish() {
-  if [[ ${#WHY[@]} -eq 0 ]]; then
-    echo "ok - $1"
-    PASSED=$((PASSED + 1))
-    return
-  fi
-  echo "not ok - $1"
-  FAILED=$((FAILED + 1))
-  local reason
-  for reason in "${WHY[@]}"; do echo "#   $reason"; done
-  if [[ -n $LAST ]]; then
-    echo "#   last command: $LAST (exit $RC)"
-    sed -n '1,6s/^/#   stdout: /p' "$WORK/stdout"
-    sed -n '1,6s/^/#   stderr: /p' "$WORK/stderr"
-  fi
-}
-rc_is() { [[ $RC -eq $1 ]]; }
+# shellcheck source=tests/cli_harness.sh
+source "$ROOT/tests/cli_harness.sh"
 stdout_is() { [[ "$(cat "$WORK/stdout")" == "$1" ]]; }
-out_has() { grep -Eq -- "$1" "$WORK/stdout"; }
-err_has() { grep -Eiq -- "$1" "$WORK/stderr"; }
 clean_error() {
   local tool=$1 pattern=$2
   expect "exit status is $RC, expected 1" rc_is 1
