@@ -49,8 +49,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   mk::device::Emulator emulator(s);
   const mk::device::TensorTable table{pointers.data(), static_cast<uint32_t>(pointers.size())};
   try {
+    int32_t tokens[4] = {0, 1, 2, 3};  // each step feeds the next, as in mkrun
     for (uint32_t pos = 0; pos < 3; ++pos)
-      emulator.run_step({pos, pos, kContext, pos + 1}, table,
+      emulator.run_step({pos, kContext, pos + 1, 1, tokens + pos, tokens + pos + 1}, table,
                         size % 2 ? mk::device::Order::shuffled : mk::device::Order::deterministic, pos);
   } catch (const mk::device::DeadlockError&) {
   }
