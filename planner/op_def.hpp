@@ -73,6 +73,11 @@ struct OpDef {
 };
 
 const OpDef& op_def(schedule::Opcode);
+
+// The shared fields and shape check of the ops that turn the logits into the step's token
+// (argmax, sample): `in` an f32 activation, `out` one i32.
+extern const FieldSpec kTokenOpFields[2];
+uint64_t infer_token_op(OpCheck&);
 schedule::Opcode opcode_by_name(std::string_view name);  // noop when unknown
 
 #define MK_OP(name, code, payload) const OpDef& op_def_##name();

@@ -2,17 +2,18 @@
 #include "schedules/ops/argmax.hpp"
 
 namespace mk::planner {
-namespace {
 
-constexpr FieldSpec kFields[] = {{"in", FieldKind::input, true}, {"out", FieldKind::output, true}};
+const FieldSpec kTokenOpFields[2] = {{"in", FieldKind::input, true}, {"out", FieldKind::output, true}};
 
-uint64_t infer(OpCheck& c) {
+uint64_t infer_token_op(OpCheck& c) {
   const TensorInfo& in = c.tensor("in");
   if (in.role == schedule::Role::weight || in.dtype != schedule::DType::f32)
     c.fail("in", "'" + in.name + "' must be an f32 activation (the logits)");
   c.set_output({1}, schedule::DType::i32);
   return 1;
 }
+
+namespace {
 
 TaskSpec lower(const Program& p, const OpInfo& op, uint32_t, uint32_t) {
   schedule::ArgmaxPayload pl{};
@@ -30,7 +31,7 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t, uint32_t) {
 }  // namespace
 
 const OpDef& op_def_argmax() {
-  static const OpDef def{"argmax", kFields, infer, lower};
+  static const OpDef def{"argmax", kTokenOpFields, infer_token_op, lower};
   return def;
 }
 

@@ -6,16 +6,6 @@ namespace {
 
 // The sampling parameters are not fields: the file holds greedy ones and mkrun sets them
 // (--temperature, --top-k, --top-p, --seed) in the loaded schedule.
-constexpr FieldSpec kFields[] = {{"in", FieldKind::input, true}, {"out", FieldKind::output, true}};
-
-uint64_t infer(OpCheck& c) {
-  const TensorInfo& in = c.tensor("in");
-  if (in.role == schedule::Role::weight || in.dtype != schedule::DType::f32)
-    c.fail("in", "'" + in.name + "' must be an f32 activation (the logits)");
-  c.set_output({1}, schedule::DType::i32);
-  return 1;
-}
-
 TaskSpec lower(const Program& p, const OpInfo& op, uint32_t, uint32_t) {
   schedule::SamplePayload pl{};
   pl.in = op.inputs.front();
@@ -35,7 +25,7 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t, uint32_t) {
 }  // namespace
 
 const OpDef& op_def_sample() {
-  static const OpDef def{"sample", kFields, infer, lower};
+  static const OpDef def{"sample", kTokenOpFields, infer_token_op, lower};
   return def;
 }
 
