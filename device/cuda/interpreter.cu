@@ -125,9 +125,11 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring) {
       if (!first_round)
         while (!mbar_try_wait(ring.empty + stage, parity))
           if (aborted()) return false;
-      mbar_expect_bytes(ring.full + stage, t.src2 ? 2 * t.bytes : t.bytes);
-      bulk_copy(ring.stages + stage * kStageBytes, t.src, t.bytes, ring.full + stage);
-      if (t.src2) bulk_copy(ring.stages + stage * kStageBytes + t.offset2, t.src2, t.bytes, ring.full + stage);
+      unsigned char* dst = ring.stages + stage * kStageBytes;
+      mbar_expect_bytes(ring.full + stage, t.total_bytes());
+      for (uint32_t k = 0; k < t.pieces; ++k)
+        bulk_copy(dst + k * t.bytes, t.src + uint64_t{k} * t.stride, t.bytes, ring.full + stage);
+      if (t.src2) bulk_copy(dst + t.offset2, t.src2, t.bytes, ring.full + stage);
       if (++stage == ring.count) stage = 0, parity ^= 1, first_round = false;
     }
     return true;

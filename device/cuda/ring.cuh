@@ -21,8 +21,11 @@ struct WeightTile {
   uint32_t bytes;
   uint32_t acc_row;
   uint32_t rows, col0, cols;
-  const uint16_t* src2;  // optional: as many bytes more, to offset2 in the stage (v beside k)
-  uint32_t offset2;
+  const uint16_t* src2 = nullptr;  // optional: as many bytes more, to offset2 in the stage (v beside k)
+  uint32_t offset2 = 0;
+  uint32_t pieces = 1;  // copies of `bytes`, the k-th from src + k * stride elements to offset k * bytes
+  uint32_t stride = 0;
+  __device__ uint32_t total_bytes() const { return pieces * bytes + (src2 ? bytes : 0); }
 };
 
 struct WeightRing {

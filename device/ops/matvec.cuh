@@ -28,8 +28,7 @@ struct MatvecTiles {
     uint32_t rows, acc_row, tiles;
   };
   Segment seg[3];
-  uint32_t cols, per;  // per: rows per whole-row tile, 0 when rows are cut into pieces
-  uint32_t pieces;     // pieces per row when rows are cut
+  uint32_t cols, block, blocks, per;  // columns per tile, tiles per row group, rows per tile
 
   __device__ uint32_t count() const { return seg[0].tiles + seg[1].tiles + seg[2].tiles; }
 
@@ -43,33 +42,33 @@ struct MatvecTiles {
         s = seg[2];
       }
     }
-    if (per) {
-      const uint32_t r = j * per, rows = min(per, s.rows - r);
-      return WeightTile{s.weight + uint64_t{r} * cols, rows * cols * 2, s.acc_row + r, rows, 0, cols};
-    }
-    const uint32_t piece = kStageBytes / 2, r = j / pieces, c = j % pieces * piece, n = min(piece, cols - c);
-    return WeightTile{s.weight + uint64_t{r} * cols + c, n * 2, s.acc_row + r, 1, c, n};
+    const uint32_t g = blocks == 1 ? j : j / blocks, r = g * per, rows = min(per, s.rows - r);
+    const uint16_t* src = s.weight + uint64_t{r} * cols;
+    if (blocks == 1) return WeightTile{src, rows * cols * 2, s.acc_row + r, rows, 0, cols};
+    const uint32_t c = (j - g * blocks) * block, n = min(block, cols - c);
+    return WeightTile{src + c, n * 2, s.acc_row + r, rows, c, n, nullptr, 0, rows, cols};
   }
 };
 
 __device__ inline MatvecTiles gpu_tiles(const schedule::MatvecPayload& p, const schedule::StepContext&, const TensorTable& mem) {
   MatvecTiles t;
   t.cols = p.cols;
-  t.per = p.cols * 2 <= kStageBytes ? kStageBytes / (p.cols * 2) : 0;
-  t.pieces = t.per ? 1 : (p.cols * 2 + kStageBytes - 1) / kStageBytes;
+  t.blocks = (p.cols + kStageBytes / 8 - 1) / (kStageBytes / 8);
+  t.block = (p.cols / t.blocks + 7) / 8 * 8;
+  t.blocks = (p.cols + t.block - 1) / t.block;
+  t.per = kStageBytes / (t.block * 2);
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
   const uint32_t rows = p.row_end - p.row_begin;
   uint32_t first = 0;
 #pragma unroll
   for (uint32_t i = 0; i < 3; ++i) {
-    // silu_mul: gate and up, each over the task's rows; else the concatenation's overlap.
     const uint32_t end = silu ? p.row_end : i < p.weight_count ? p.weight_row_end[i] : first;
     const uint32_t a = silu ? p.row_begin : max(first, p.row_begin), b = silu ? (i < 2 ? p.row_end : a) : min(end, p.row_end);
     const uint32_t n = a < b ? b - a : 0;
     t.seg[i].weight = n ? mem.at<const uint16_t>(p.weight[i]) + uint64_t{silu ? a : a - first} * p.cols : nullptr;
     t.seg[i].rows = n;
     t.seg[i].acc_row = silu ? i * rows : a - p.row_begin;
-    t.seg[i].tiles = t.per ? (n + t.per - 1) / t.per : n * t.pieces;
+    t.seg[i].tiles = (n + t.per - 1) / t.per * t.blocks;
     if (!silu) first = end;
   }
   return t;
