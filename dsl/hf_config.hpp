@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 
+#include "dsl/model.hpp"
+
 namespace mk::dsl {
 
 struct HfConfig {
@@ -41,6 +43,10 @@ bool is_hf_import(const std::filesystem::path& path);
 // The model as YAML, in the form of examples/*.yaml: split, chunks and kv_splits left to the
 // planner. `name` is the model's name.
 std::string hf_model_yaml(const HfConfig&, const std::string& name);
+
+// read_hf_config + hf_model_yaml + parse_string: the model of a checkpoint folder, named after
+// the folder. `yaml`, when given, receives the generated text.
+ModelGraph import_hf_model(const std::filesystem::path& path, std::string* yaml = nullptr);
 
 // The values of config.json that a schedule bakes in, each only when the file gives it (a
 // config.json written by mkweights has none): what mkrun checks a checkpoint folder against.

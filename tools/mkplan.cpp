@@ -84,14 +84,7 @@ int main(int argc, char** argv) {
     const bool import = mk::dsl::is_hf_import(model_path);
     if (!emit_yaml.empty() && !import) throw std::invalid_argument("--emit-yaml needs a checkpoint folder (or its config.json), not a YAML model");
     std::string generated;
-    if (import) {
-      const mk::dsl::HfConfig config = mk::dsl::read_hf_config(model_path);
-      std::filesystem::path folder = std::filesystem::absolute(mk::dsl::hf_config_file(model_path)).lexically_normal().parent_path();
-      generated = mk::dsl::hf_model_yaml(config, folder.filename().empty() ? "model" : folder.filename().string());
-    }
-    const mk::dsl::ModelGraph model = import ? mk::dsl::parse_string(generated, "<model generated from " +
-                                                                                    mk::dsl::hf_config_file(model_path).string() + ">")
-                                             : mk::dsl::parse_file(model_path);
+    const mk::dsl::ModelGraph model = import ? mk::dsl::import_hf_model(model_path, &generated) : mk::dsl::parse_file(model_path);
     mk::planner::PlanOptions options;
     options.sm_count = sms;
     options.policy = mk::planner::policy_by_name(policy);
