@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "device/runtime.hpp"
 #include "device/weights.hpp"
@@ -386,4 +387,15 @@ TEST_CASE("planner: any number of q heads per kv head, head_dim up to 256") {
   CHECK(plan_error(tiny_yaml(", bias: [bq, bk, bv]", "", "", 2, 1, 256)) == "");
   CHECK(plan_error(tiny_yaml(", bias: [bq, bk, bv]", "", "", 1, 1, 264)).find("head_dim must be a multiple of 8, at most 256") !=
         std::string::npos);
+}
+
+TEST_CASE("CUDA backend limits: more than 8 q heads per kv head or head_dim above 128 are refused before any allocation") {
+  auto schedule_of = [](int heads, int kv, int hd) {
+    return plan_of(mk::dsl::parse_string(tiny_yaml(", bias: [bq, bk, bv]", "", "", heads, kv, hd), "m.yaml"), 8).schedule;
+  };
+  for (auto [heads, kv, hd] : {std::tuple{6, 2, 32}, {12, 2, 128}, {14, 2, 64}, {8, 1, 128}})
+    CHECK_NOTHROW(mk::device::check_cuda_limits(schedule_of(heads, kv, hd)));
+  CHECK_THROWS_WITH(mk::device::check_cuda_limits(schedule_of(9, 1, 32)),
+                    doctest::Contains("this schedule has 9 heads over 1 kv heads (9 per kv head), head_dim 32 (run it with --backend emulator)"));
+  CHECK_THROWS_WITH(mk::device::check_cuda_limits(schedule_of(2, 1, 256)), doctest::Contains("head_dim at most 128"));
 }
