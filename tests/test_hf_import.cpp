@@ -4,6 +4,9 @@
 // every unsupported config field is refused by name. Also the planner's own choices of split,
 // chunks and kv_splits, biases in YAML and the unused-weight refusal.
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstring>
 
 #include <cmath>
 #include <filesystem>
@@ -398,4 +401,82 @@ TEST_CASE("CUDA backend limits: more than 8 q heads per kv head or head_dim abov
   CHECK_THROWS_WITH(mk::device::check_cuda_limits(schedule_of(9, 1, 32)),
                     doctest::Contains("this schedule has 9 heads over 1 kv heads (9 per kv head), head_dim 32 (run it with --backend emulator)"));
   CHECK_THROWS_WITH(mk::device::check_cuda_limits(schedule_of(2, 1, 256)), doctest::Contains("head_dim at most 128"));
+}
+
+namespace {
+
+// Rewrites a bf16 checkpoint folder's model.safetensors with every tensor in F32 or F16.
+void rewrite_as(const mk::device::Checkpoint& bf16, const fs::path& file, bool f32) {
+  nlohmann::json header = nlohmann::json::object();
+  std::vector<uint8_t> data;
+  for (const auto& [key, t] : bf16.tensors()) {
+    const std::vector<float> v = bf16.to_float(key);
+    const uint64_t begin = data.size();
+    for (float x : v) {
+      uint8_t b[4];
+      if (f32) {
+        std::memcpy(b, &x, 4);
+        data.insert(data.end(), b, b + 4);
+      } else {
+        const _Float16 h = static_cast<_Float16>(x);
+        std::memcpy(b, &h, 2);
+        data.insert(data.end(), b, b + 2);
+      }
+    }
+    header[key] = {{"dtype", f32 ? "F32" : "F16"}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>(n >> (8 * i)));
+  out << text;
+  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+}
+
+std::vector<std::vector<float>> run_logits(const Schedule& s, const mk::device::Checkpoint& ckpt, const std::vector<int32_t>& prompt) {
+  mk::device::RuntimeOptions opt;
+  opt.max_context = static_cast<uint32_t>(prompt.size()) + 3;
+  auto backend = mk::device::make_emulator_backend(s, ckpt, opt);
+  mk::device::GenerateOptions g;
+  g.prompt = prompt;
+  g.tokens = 4;
+  g.keep_logits = true;
+  return mk::device::generate(*backend, s, g, opt.max_context).logits;
+}
+
+}  // namespace
+
+TEST_CASE("hf import: F32 and F16 checkpoints run as their bf16 conversion does") {
+  TempDir dir;
+  write_config(dir.path, R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 128, "intermediate_size": 256,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 200,
+    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": false, "torch_dtype": "float32"})");
+  const Schedule s = plan_of(mk::dsl::import_hf_model(dir.path), 6).schedule;
+  mk::device::write_random_checkpoint(s, dir.path, 21);
+  const std::vector<int32_t> prompt = {5, 190, 33, 7, 128};
+  std::vector<std::vector<float>> want;
+  {
+    const mk::device::Checkpoint bf16 = mk::device::Checkpoint::open(dir.path);
+    want = run_logits(s, bf16, prompt);
+    rewrite_as(bf16, dir.path / "model.f32", true);
+    rewrite_as(bf16, dir.path / "model.f16", false);
+  }
+  // bf16 values are exact in f32: the same logits, bit for bit.
+  fs::rename(dir.path / "model.f32", dir.path / "model.safetensors");
+  {
+    const mk::device::Checkpoint f32 = mk::device::Checkpoint::open(dir.path);
+    CHECK(f32.find("model.embed_tokens.weight")->stored_dtype == "F32");
+    CHECK(run_logits(s, f32, prompt) == want);
+  }
+  // In f16 they are exact too, but for the few below f16's normal range (rounded there): close.
+  fs::rename(dir.path / "model.f16", dir.path / "model.safetensors");
+  const mk::device::Checkpoint f16 = mk::device::Checkpoint::open(dir.path);
+  CHECK(f16.find("model.layers.0.self_attn.q_proj.bias")->stored_dtype == "F16");
+  const std::vector<std::vector<float>> got = run_logits(s, f16, prompt);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    CHECK(rel_error(got[i], want[i]) < 1e-5);
+  }
 }
