@@ -761,6 +761,7 @@ check_hf_import() {
   write_qwen2 qwen2
   run "$MKPLAN" qwen2 -o q.bin --sms 8 --emit-yaml q.yaml
   expect "mkplan DIR: exit status is $RC, expected 0" rc_is 0
+  expect "mkplan DIR does not say what it generated" out_has 'model generated from qwen2/config.json \(Qwen2ForCausalLM, 2 layers, 12 q heads over 2 kv heads, head_dim 32, q/k/v biases, tied embeddings\)'
   expect "--emit-yaml wrote no q.yaml" test -s q.yaml
   expect "the generated YAML has no biases" grep -q 'bias: \["bq{layer}", "bk{layer}", "bv{layer}"\]' q.yaml
   run "$MKPLAN" q.yaml -o q2.bin --sms 8
@@ -828,8 +829,10 @@ check_config_mismatch() {
  "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 256,
  "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 6, "tie_word_embeddings": false}
 JSON
-  run "$MKPLAN" mistral -o m.bin --sms 4 -q
+  run "$MKPLAN" mistral -o m.bin --sms 4
   expect "mkplan mistral: exit status is $RC" rc_is 0
+  expect "mkplan mistral does not mention the window" out_has 'sliding_window 6: exact up to that context'
+
   run "$MKWEIGHTS" m.bin -o mistral
   run "$MKRUN" m.bin mistral --backend emulator --prompt-ids 1,2,3 --tokens 4
   expect "a context of 6 within the window of 6: exit status is $RC, expected 0" rc_is 0

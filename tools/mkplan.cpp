@@ -116,6 +116,15 @@ int main(int argc, char** argv) {
     if (dot_file) dot_file->commit();
     if (yaml_file) yaml_file->commit();
     if (!quiet) {
+      if (import) {
+        const mk::dsl::HfConfig config = mk::dsl::read_hf_config(model_path);
+        std::cout << "model generated from " << config.file << " (" << config.architecture << ", " << config.layers
+                  << " layers, " << config.heads << " q heads over " << config.kv_heads << " kv heads, head_dim "
+                  << config.head_dim << (config.qkv_bias ? ", q/k/v biases" : "") << (config.qk_norm ? ", q/k norm" : "")
+                  << (config.tie_embeddings ? ", tied embeddings" : "") << ")\n";
+        if (config.sliding_window)
+          std::cout << "sliding_window " << *config.sliding_window << ": exact up to that context; mkrun refuses a longer one\n";
+      }
       std::cout << mk::planner::summary(plan);
       std::cout << "wrote " << out_path << ": " << bytes << " bytes, planned and verified in " << ms << " ms\n";
     }
