@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/output_file.hpp"
+#include "schedules/ops/attention.hpp"
 #include "schedules/limits.hpp"
 
 namespace mk::device {
@@ -231,5 +232,20 @@ void write_npy(io::OutputFile& f, const std::vector<std::vector<float>>& rows) {
 #if !MK_HAVE_CUDA
 bool cuda_available() { return false; }
 #endif
+
+void check_cuda_limits(const schedule::Schedule& s) {
+  for (const schedule::Instruction& inst : s.instructions) {
+    if (inst.opcode != static_cast<uint16_t>(schedule::Opcode::attention)) continue;
+    schedule::AttentionPayload a;
+    std::memcpy(&a, inst.payload, sizeof a);
+    const uint32_t group = a.heads / a.kv_heads;
+    if (group > schedule::kMaxGroup || a.head_dim > schedule::kMaxHeadDim)
+      throw std::runtime_error("the CUDA interpreter's attention takes at most " + std::to_string(schedule::kMaxGroup) +
+                               " q heads per kv head and head_dim at most " + std::to_string(schedule::kMaxHeadDim) +
+                               "; this schedule has " + std::to_string(a.heads) + " heads over " + std::to_string(a.kv_heads) +
+                               " kv heads (" + std::to_string(group) + " per kv head), head_dim " + std::to_string(a.head_dim) +
+                               " (run it with --backend emulator)");
+  }
+}
 
 }  // namespace mk::device

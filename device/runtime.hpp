@@ -56,6 +56,12 @@ class Backend {
   virtual bool trace_is_logical() const { return false; }
 };
 
+// What the CUDA attention kernel (device/ops/attention.cuh) was built for: at most
+// schedule::kMaxGroup q heads per kv head and head_dim at most schedule::kMaxHeadDim (q heads
+// and the output pairs are held in registers sized by them). A schedule past them plans and runs
+// on the emulator; the CUDA backend refuses it with this message (std::runtime_error).
+void check_cuda_limits(const schedule::Schedule&);
+
 // The schedule and checkpoint must outlive the backend. Weights are checked first.
 std::unique_ptr<Backend> make_emulator_backend(const schedule::Schedule&, const Checkpoint&, const RuntimeOptions&);
 #if MK_HAVE_CUDA

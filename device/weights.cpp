@@ -327,6 +327,20 @@ Checkpoint Checkpoint::open(const fs::path& path) {
   } else {
     fail(path, "no such file or folder");
   }
+  for (auto& [key, t] : c.tensors_) {
+    t.stored_dtype = t.dtype;
+    t.stored_bytes = t.bytes;
+    if (t.dtype != "F16" && t.dtype != "F32") continue;
+    const std::vector<float> values = c.to_float(key);
+    auto& out = *c.converted_.emplace_back(std::make_unique<std::vector<uint8_t>>(2 * values.size()));
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint16_t b = f32_to_bf16(values[i]);
+      out[2 * i] = static_cast<uint8_t>(b & 0xff);
+      out[2 * i + 1] = static_cast<uint8_t>(b >> 8);
+    }
+    t.dtype = "BF16";
+    t.bytes = std::span<const uint8_t>(out.data(), out.size());
+  }
   return c;
 }
 
@@ -338,17 +352,20 @@ const CheckpointTensor* Checkpoint::find(const std::string& key) const {
 std::vector<float> Checkpoint::to_float(const std::string& key) const {
   const CheckpointTensor* t = find(key);
   if (!t) fail(root_, "missing key '", key, "'");
-  const uint8_t* p = t->bytes.data();
+  // Before open() has filled stored_*, the tensor is as stored.
+  const std::string& dtype = t->stored_dtype.empty() ? t->dtype : t->stored_dtype;
+  const std::span<const uint8_t> bytes = t->stored_dtype.empty() ? t->bytes : t->stored_bytes;
+  const uint8_t* p = bytes.data();
   std::vector<float> out;
-  if (t->dtype == "BF16" || t->dtype == "F16") {
-    out.resize(t->bytes.size() / 2);
-    const bool bf = t->dtype == "BF16";
+  if (dtype == "BF16" || dtype == "F16") {
+    out.resize(bytes.size() / 2);
+    const bool bf = dtype == "BF16";
     for (size_t i = 0; i < out.size(); ++i) out[i] = bf ? bf16_to_f32(load_u16(p + 2 * i)) : f16_to_f32(load_u16(p + 2 * i));
-  } else if (t->dtype == "F32") {
-    out.resize(t->bytes.size() / 4);
+  } else if (dtype == "F32") {
+    out.resize(bytes.size() / 4);
     for (size_t i = 0; i < out.size(); ++i) out[i] = std::bit_cast<float>(load_u32(p + 4 * i));
   } else {
-    fail(t->file, "tensor '", key, "': cannot convert ", t->dtype, " to float (BF16, F16 and F32 only)");
+    fail(t->file, "tensor '", key, "': cannot convert ", dtype, " to float (BF16, F16 and F32 only)");
   }
   return out;
 }
@@ -365,7 +382,7 @@ void check_weights(const schedule::Schedule& s, const Checkpoint& ckpt) {
                                        [](uint64_t a, uint32_t b) { return a == b; });
     if (t->dtype != "BF16" || !same_shape)
       fail(t->file, "key '", st.key, "' (schedule tensor '", st.name, "') is ", t->dtype, " ",
-           shape_string(t->shape), ", expected ", expected);
+           shape_string(t->shape), ", expected ", expected, t->dtype != "BF16" ? " (F16 and F32 are converted at load)" : "");
   }
 }
 
@@ -436,6 +453,10 @@ std::vector<uint16_t> random_values(const NewTensor& t, Normal& normal) {
   uint64_t n = 1;
   for (uint64_t d : t.shape) n *= d;
   std::vector<uint16_t> v(n);
+  if (t.shape.size() <= 1 && t.key.ends_with(".bias")) {  // biases: of the order of the projections
+    for (auto& x : v) x = f32_to_bf16(static_cast<float>(0.5 * normal()));
+    return v;
+  }
   if (t.shape.size() <= 1) {  // norm weights: scale factors near 1
     for (auto& x : v) x = f32_to_bf16(static_cast<float>(1.0 + 0.1 * normal()));
     return v;
@@ -475,7 +496,9 @@ void write_random_checkpoint(const schedule::Schedule& s, const fs::path& dir, u
   if (ec) fail(dir, "cannot create folder: ", ec.message());
   write_safetensors(dir / "model.safetensors", tensors);
   try {
-    io::write_file(dir / "config.json", json{{"mk_generated", true}, {"seed", seed}}.dump(2) + "\n");
+    // A config.json already there (the checkpoint of an imported config) is the model's: kept.
+    if (!fs::exists(dir / "config.json", ec))
+      io::write_file(dir / "config.json", json{{"mk_generated", true}, {"seed", seed}}.dump(2) + "\n");
   } catch (const io::OutputError& e) {
     throw WeightError(e.what());
   }

@@ -22,10 +22,12 @@ struct WeightError : std::runtime_error {
 
 struct CheckpointTensor {
   std::string key;
-  std::string dtype;            // as in the safetensors header: "BF16", "F32", ...
+  std::string dtype;            // as in the safetensors header: "BF16", "F32", ...; F16 and F32 read as BF16
   std::vector<uint64_t> shape;
-  std::span<const uint8_t> bytes;  // into the mapped file
+  std::span<const uint8_t> bytes;  // into the mapped file; F16 and F32: their bf16 conversion
   std::filesystem::path file;
+  std::string stored_dtype;              // as in the file ("F32" for a converted tensor)
+  std::span<const uint8_t> stored_bytes;  // into the mapped file, as stored
 };
 
 class Checkpoint {
@@ -33,11 +35,13 @@ class Checkpoint {
   // `path` is a folder (model.safetensors, or model.safetensors.index.json and its shards) or
   // one .safetensors file. Every header is parsed and checked (JSON, offsets inside the file,
   // sizes matching dtype x shape, no overlaps); any problem throws WeightError naming the file.
+  // F16 and F32 tensors are converted to BF16 (round to nearest even) here: the device reads
+  // bf16 weights, whatever the checkpoint was saved in.
   static Checkpoint open(const std::filesystem::path& path);
 
   const CheckpointTensor* find(const std::string& key) const;  // nullptr when absent
   const std::map<std::string, CheckpointTensor>& tensors() const { return tensors_; }
-  // The tensor converted to float (BF16, F16 and F32 supported); throws WeightError if absent.
+  // The tensor as stored, converted to float (BF16, F16 and F32 supported); throws WeightError if absent.
   std::vector<float> to_float(const std::string& key) const;
   // What open() was given; error messages name it.
   const std::filesystem::path& path() const { return root_; }
@@ -52,6 +56,7 @@ class Checkpoint {
   std::filesystem::path root_;
   std::vector<std::unique_ptr<Mapping>> maps_;
   std::map<std::string, CheckpointTensor> tensors_;
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> converted_;  // bf16 copies of F16 and F32 tensors
 };
 
 // Checks every weight tensor of the schedule against the checkpoint: present, BF16, same shape.

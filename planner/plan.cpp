@@ -248,7 +248,7 @@ Plan plan(const dsl::ModelGraph& model, const PlanOptions& options) {
   if (options.sm_count == 0 || options.sm_count > 4096) throw std::invalid_argument("the SM count must be 1 to 4096");
   Plan p;
   p.policy = options.policy;
-  p.program = analyze(model);
+  p.program = analyze(model, options.sm_count);
   lower_tasks(p);
   const Index ix = index_of(p);
   derive_edges(p, ix);

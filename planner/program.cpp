@@ -192,9 +192,14 @@ void OpCheck::set_output(const std::vector<uint64_t>& shape, DType dtype) {
 
 // ---- analyze ----
 
-Program analyze(const dsl::ModelGraph& model) {
+uint32_t auto_kv_splits(uint32_t sm_count, uint32_t kv_heads) {
+  return std::clamp<uint32_t>(kv_heads ? sm_count / kv_heads : 1, 1, 64);
+}
+
+Program analyze(const dsl::ModelGraph& model, uint32_t sm_count) {
   Program p;
   p.model = &model;
+  p.sm_count = std::max<uint32_t>(sm_count, 1);
   for (const dsl::TensorDecl& d : model.tensors) {
     TensorInfo t;
     t.name = d.name;
@@ -307,6 +312,17 @@ Program analyze(const dsl::ModelGraph& model) {
     throw dsl::Error(model.ops[cycle.front()].loc, "the ops " + names + " form a cycle through their inputs and outputs");
   }
 
+  // Chunks left out of a matvec that an attention op reads as its qkv: one per head (the
+  // attention's units wait for their kv group's heads only), taken from the kv cache's head_dim.
+  std::map<std::string, uint32_t, std::less<>> qkv_head_dim;
+  for (const dsl::OpDecl& decl : model.ops) {
+    if (opcode_by_name(decl.kind) != schedule::Opcode::attention) continue;
+    const dsl::Value *qkv = decl.field("qkv"), *k = decl.field("k_cache");
+    if (!qkv || !k || qkv->is_list || k->is_list) continue;
+    if (const uint32_t id = p.find(k->items.front()); id != schedule::kNone && p.tensors[id].shape.size() == 2)
+      qkv_head_dim.emplace(qkv->items.front(), p.tensors[id].shape[1]);
+  }
+
   // Infer shapes in dataflow order, then split into units. Sizes are 64-bit and bounded here,
   // where they are computed, so every count downstream fits its field.
   uint64_t tasks = 0, counters = 0;
@@ -327,7 +343,17 @@ Program analyze(const dsl::ModelGraph& model) {
       if (const uint32_t id = p.find(name); p.tensors[id].role == Role::activation || p.tensors[id].role == Role::io)
         if (std::find(op.inputs.begin(), op.inputs.end(), id) == op.inputs.end()) op.inputs.push_back(id);
     // Range first: converting a double outside uint32_t is undefined.
-    const double split = check.number("split", 1), chunks = check.number("chunks", 1);
+    // Left out, split gives every SM a task where the op has the work for it (embed: a row
+    // copy, 16 tasks are plenty), and chunks tracks the output as one piece, but per head for
+    // attention's qkv input and per kv head for attention's output.
+    const uint64_t out_elems = p.tensors[op.out].elements();
+    double auto_split = std::min<double>(op.units, p.sm_count), auto_chunks = 1;
+    if (op.opcode == schedule::Opcode::embed) auto_split = std::min(auto_split, 16.0);
+    if (op.opcode == schedule::Opcode::attention) auto_chunks = p.tensors[op.out].shape.front();
+    if (auto it = qkv_head_dim.find(p.tensors[op.out].name); it != qkv_head_dim.end() && out_elems % it->second == 0)
+      auto_chunks = static_cast<double>(out_elems / it->second);
+    if (static_cast<uint64_t>(auto_chunks) == 0 || out_elems % static_cast<uint64_t>(auto_chunks)) auto_chunks = 1;
+    const double split = check.number("split", auto_split), chunks = check.number("chunks", auto_chunks);
     if (!(split >= 1 && split <= 0xffffffffu) || split != std::floor(split))
       check.fail("split", "split must be a positive integer, got " + show_number(split));
     if (!(chunks >= 1 && chunks <= 0xffffffffu) || chunks != std::floor(chunks))
@@ -337,7 +363,6 @@ Program analyze(const dsl::ModelGraph& model) {
     if (op.split > op.units)
       check.fail("split", "split " + std::to_string(op.split) + " is more than the op's " + std::to_string(op.units) +
                               " units of work");
-    const uint64_t out_elems = p.tensors[op.out].elements();
     if (out_elems % op.chunks)
       check.fail("chunks", "chunks " + std::to_string(op.chunks) + " does not divide the " + std::to_string(out_elems) +
                                " elements of '" + p.tensors[op.out].name + "'");
@@ -347,6 +372,15 @@ Program analyze(const dsl::ModelGraph& model) {
       check.fail("chunks", "the model has more than " + std::to_string(limits::kMaxCounters) + " chunks (counters) in all");
     p.ops.push_back(std::move(op));
   }
+
+  // A weight no op reads is a mistake in the model (a bias declared and never applied reads
+  // as a correct model and gives wrong logits).
+  std::set<std::string, std::less<>> read;
+  for (const OpInfo& op : p.ops)
+    for (const std::string& name : input_names(op_def(op.opcode), *op.decl)) read.insert(name);
+  for (const TensorInfo& t : p.tensors)
+    if (t.role == Role::weight && !read.count(t.name))
+      throw dsl::Error(t.loc, "weight '" + t.name + "' (key '" + t.key + "') is declared but no op reads it");
 
   // The argmax (or sample) op marks the step's outputs: its input is the logits, its output the token.
   for (const OpInfo& op : p.ops) {

@@ -18,7 +18,7 @@
 namespace mk::schedule {
 
 inline constexpr char kMagic[8] = {'M', 'K', 'S', 'C', 'H', 'E', 'D', '\0'};
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;  // 2: matvec biases
 inline constexpr uint32_t kNone = 0xffffffffu;  // "no tensor" in a payload field
 inline constexpr uint32_t kMaxRank = 4;
 inline constexpr uint32_t kPayloadBytes = 96;

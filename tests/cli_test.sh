@@ -744,6 +744,103 @@ check_checkpoint_refusals() {
 
 # --- main ----------------------------------------------------------------------------------------
 
+# --- checkpoint folders planned from config.json -------------------------------------------------
+
+# write_qwen2 DIR [EXTRA]: a tiny Qwen2 config.json (q/k/v biases, 6 q heads per kv head).
+write_qwen2() {
+  mkdir -p "$1"
+  cat >"$1/config.json" <<JSON
+{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 384, "intermediate_size": 256,
+ "num_attention_heads": 12, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 320,
+ "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16"${2:-}}
+JSON
+}
+
+check_hf_import() {
+  begin
+  write_qwen2 qwen2
+  run "$MKPLAN" qwen2 -o q.bin --sms 8 --emit-yaml q.yaml
+  expect "mkplan DIR: exit status is $RC, expected 0" rc_is 0
+  expect "mkplan DIR does not say what it generated" out_has 'model generated from qwen2/config.json \(Qwen2ForCausalLM, 2 layers, 12 q heads over 2 kv heads, head_dim 32, q/k/v biases, tied embeddings\)'
+  expect "--emit-yaml wrote no q.yaml" test -s q.yaml
+  expect "the generated YAML has no biases" grep -q 'bias: \["bq{layer}", "bk{layer}", "bv{layer}"\]' q.yaml
+  run "$MKPLAN" q.yaml -o q2.bin --sms 8
+  expect "mkplan of the emitted YAML: exit status is $RC, expected 0" rc_is 0
+  expect "the emitted YAML plans differently from the folder" cmp -s q.bin q2.bin
+  run "$MKPLAN" qwen2/config.json -o q3.bin --sms 8 -q
+  expect "mkplan DIR/config.json plans differently from mkplan DIR" cmp -s q.bin q3.bin
+  run "$MKWEIGHTS" q.bin -o qwen2
+  expect "mkweights: exit status is $RC, expected 0" rc_is 0
+  expect "mkweights replaced the folder's config.json" grep -q Qwen2ForCausalLM qwen2/config.json
+  run "$MKRUN" q.bin qwen2 --backend emulator --prompt-ids 1,2,3 --tokens 4
+  expect "mkrun: exit status is $RC, expected 0" rc_is 0
+  local -a ids
+  read -r -a ids <<<"$(tokens_of "$WORK/stdout")"
+  expect "the tokens: line has ${#ids[@]} ids, expected 4" test "${#ids[@]}" -eq 4
+  finish "mkplan DIR -o s.bin (config.json, no YAML), mkweights keeps config.json, mkrun s.bin DIR; --emit-yaml plans the same"
+}
+
+check_hf_import_errors() {
+  begin
+  write_qwen2 bad ', "hidden_act": "gelu"'
+  run "$MKPLAN" bad -o b.bin
+  clean_error mkplan "bad/config.json: 'hidden_act' is 'gelu'; only silu is supported"
+  expect "a refused import wrote b.bin" test ! -e b.bin
+  write_qwen2 moe ', "num_experts": 8'
+  run "$MKPLAN" moe -o b.bin
+  clean_error mkplan "'num_experts' is 8: mixture-of-experts models are not supported"
+  write_qwen2 yarn ', "rope_scaling": {"rope_type": "yarn", "factor": 4}'
+  run "$MKPLAN" yarn -o b.bin
+  clean_error mkplan "'rope_scaling.rope_type' is 'yarn'; supported rope types: default, llama3"
+  mkdir -p empty_folder
+  run "$MKPLAN" empty_folder -o b.bin
+  clean_error mkplan "empty_folder/config.json: no config.json here"
+  run "$MKPLAN" "$LLAMA" -o b.bin --emit-yaml b.yaml
+  clean_error mkplan "--emit-yaml needs a checkpoint folder"
+  finish "mkplan DIR refuses unsupported config.json fields by name (activation, MoE, rope type), a folder without config.json"
+}
+
+# Edits one field of qwen2/config.json (sed expression), runs mkrun, restores the file.
+run_with_config() {
+  cp qwen2/config.json qwen2/config.saved
+  sed -i "$1" qwen2/config.json
+  run "$MKRUN" q.bin qwen2 --backend emulator --prompt-ids 1,2,3 --tokens 2
+  mv qwen2/config.saved qwen2/config.json
+}
+
+check_config_mismatch() {
+  begin
+  run_with_config 's/"rms_norm_eps": 1e-06/"rms_norm_eps": 1e-05/'
+  clean_error mkrun "qwen2/config.json: rms_norm_eps is 1e-05 but the schedule was planned with eps 1e-06"
+  run_with_config 's/"rope_theta": 1000000.0/"rope_theta": 10000.0/'
+  clean_error mkrun "rope theta is 10000 but the schedule was planned with rope theta 1e\\+06"
+  run_with_config 's/"torch_dtype"/"rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 8192}, "torch_dtype"/'
+  clean_error mkrun "the rope type is 'llama3' but the schedule was planned with rope scaling none"
+  run_with_config 's/"vocab_size": 320/"vocab_size": 321/'
+  clean_error mkrun "vocab_size is 321 but the schedule was planned with a vocabulary of 320"
+  run_with_config 's/"tie_word_embeddings": true/"tie_word_embeddings": false/'
+  clean_error mkrun "tie_word_embeddings is false but the schedule was planned with tied embeddings"
+  run "$MKRUN" q.bin qwen2 --backend emulator --prompt-ids 1,2,3 --tokens 2
+  expect "the restored config.json runs: exit status is $RC" rc_is 0
+  # Mistral's sliding window: exact below it, refused past it.
+  mkdir -p mistral
+  cat >mistral/config.json <<JSON
+{"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 128, "intermediate_size": 256,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 256,
+ "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 6, "tie_word_embeddings": false}
+JSON
+  run "$MKPLAN" mistral -o m.bin --sms 4
+  expect "mkplan mistral: exit status is $RC" rc_is 0
+  expect "mkplan mistral does not mention the window" out_has 'sliding_window 6: exact up to that context'
+
+  run "$MKWEIGHTS" m.bin -o mistral
+  run "$MKRUN" m.bin mistral --backend emulator --prompt-ids 1,2,3 --tokens 4
+  expect "a context of 6 within the window of 6: exit status is $RC, expected 0" rc_is 0
+  run "$MKRUN" m.bin mistral --backend emulator --prompt-ids 1,2,3 --tokens 5
+  clean_error mkrun "sliding_window is 6 and this run needs a context of 7"
+  finish "mkrun s.bin DIR refuses a config.json that differs from the planned eps, rope, vocab or tie, naming both; a context past Mistral's window"
+}
+
 check_help
 check_plan
 check_dot_renders
@@ -786,6 +883,9 @@ check_deep_nesting
 check_outputs
 check_nan_weights
 check_checkpoint_refusals
+check_hf_import
+check_hf_import_errors
+check_config_mismatch
 
 echo "$PASSED passed, $FAILED failed"
 [[ $FAILED -eq 0 ]]

@@ -23,6 +23,8 @@ ReferenceConfig reference_config(const dsl::ModelGraph& graph) {
   c.eps = graph.number("eps");
   c.qk_norm = graph.number("qk_norm", 0) != 0;
   c.tie_embeddings = graph.number("tie_embeddings", 0) != 0;
+  c.qkv_bias = graph.number("attention_bias", 0) != 0;
+  c.o_bias = graph.number("o_bias", 0) != 0;
   c.rope_theta = graph.number("rope.theta");
   c.rope_scaling = graph.text("rope.scaling", "none");
   c.rope_factor = graph.number("rope.factor", 1);
@@ -167,6 +169,12 @@ ReferenceModel::ReferenceModel(const device::Checkpoint& ckpt, const ReferenceCo
     l.wk = load(ckpt, p + "self_attn.k_proj.weight", kv_rows * hidden);
     l.wv = load(ckpt, p + "self_attn.v_proj.weight", kv_rows * hidden);
     l.wo = load(ckpt, p + "self_attn.o_proj.weight", hidden * q_rows);
+    if (cfg.qkv_bias) {
+      l.bq = load(ckpt, p + "self_attn.q_proj.bias", q_rows);
+      l.bk = load(ckpt, p + "self_attn.k_proj.bias", kv_rows);
+      l.bv = load(ckpt, p + "self_attn.v_proj.bias", kv_rows);
+    }
+    if (cfg.o_bias) l.bo = load(ckpt, p + "self_attn.o_proj.bias", hidden);
     if (cfg.qk_norm) {
       l.q_norm = load(ckpt, p + "self_attn.q_norm.weight", head_dim);
       l.k_norm = load(ckpt, p + "self_attn.k_norm.weight", head_dim);
@@ -197,6 +205,13 @@ std::vector<float> ReferenceModel::step(int token) {
     std::vector<float> q = ref::matvec(l.wq, q_rows, hidden, a);
     std::vector<float> k = ref::matvec(l.wk, kv_rows, hidden, a);
     std::vector<float> v = ref::matvec(l.wv, kv_rows, hidden, a);
+    // nn.Linear with bias: y = W x + b, before anything else touches the projection.
+    auto add = [](std::vector<float>& y, const std::vector<float>& b) {
+      for (size_t j = 0; j < b.size(); j++) y[j] = float(double(y[j]) + double(b[j]));
+    };
+    add(q, l.bq);
+    add(k, l.bk);
+    add(v, l.bv);
 
     for (int h = 0; h < cfg_.heads; h++) {
       std::span<float> qh(q.data() + size_t(h) * head_dim, head_dim);
@@ -232,6 +247,7 @@ std::vector<float> ReferenceModel::step(int token) {
       std::copy(out.begin(), out.end(), attn.begin() + size_t(h) * head_dim);
     }
     std::vector<float> o = ref::matvec(l.wo, hidden, q_rows, attn);
+    add(o, l.bo);
     for (int j = 0; j < hidden; j++) x[j] += o[j];
 
     // MLP block.

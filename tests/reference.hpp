@@ -1,5 +1,5 @@
-// A naive, sequential reference forward pass (batch-1 decode) for Llama-3 and Qwen3 dense
-// models, written from the Hugging Face semantics and nothing else: the tests' oracle for the
+// A naive, sequential reference forward pass (batch-1 decode) for Llama, Mistral, Qwen2 and
+// Qwen3 dense models (any GQA ratio, optional linear biases), written from the Hugging Face semantics and nothing else: the tests' oracle for the
 // emulator and the GPU. It deliberately shares no code with device/ops or planner/, so that a
 // mistake there cannot hide by being repeated here.
 //
@@ -24,6 +24,8 @@ struct ReferenceConfig {
   double eps = 1e-5;
   bool qk_norm = false;         // Qwen3: per-head RMSNorm of q and k before RoPE
   bool tie_embeddings = false;  // lm_head is the embedding table
+  bool qkv_bias = false;        // Qwen2 (attention_bias): q, k and v projections add a bias
+  bool o_bias = false;          // the o projection adds one too
   double rope_theta = 10000;
   std::string rope_scaling = "none";  // "none" or "llama3"
   double rope_factor = 1, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
@@ -72,6 +74,7 @@ class ReferenceModel {
  private:
   struct Layer {
     std::vector<float> attn_norm, wq, wk, wv, wo, q_norm, k_norm;
+    std::vector<float> bq, bk, bv, bo;  // empty without biases
     std::vector<float> mlp_norm, wg, wu, wd;
     // Caches, bf16-rounded, laid out [kv_heads][max_context][head_dim] so that one kv head's
     // keys over all positions are contiguous for ref::attend.

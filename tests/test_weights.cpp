@@ -169,6 +169,18 @@ TEST_CASE("weights: F32 and F16 tensors convert to float") {
   const Checkpoint c = Checkpoint::open(file);
   CHECK(c.to_float("a") == std::vector<float>{1.5f, -2.25f, 1e-3f});
   CHECK(c.to_float("h") == std::vector<float>{1.0f, -2.0f, std::ldexp(1.0f, -24), 65504.0f});
+  // What the device gets: bf16, rounded to nearest even (65504 rounds up to 65536).
+  auto bf16_of = [&](const std::string& key) {
+    const mk::device::CheckpointTensor* t = c.find(key);
+    REQUIRE(t->dtype == "BF16");
+    std::vector<float> v;
+    for (size_t i = 0; i < t->bytes.size(); i += 2) v.push_back(mk::device::bf16_to_f32(uint16_t(t->bytes[i] | t->bytes[i + 1] << 8)));
+    return v;
+  };
+  CHECK(bf16_of("a") == std::vector<float>{1.5f, -2.25f, mk::device::round_bf16(1e-3f)});
+  CHECK(bf16_of("h") == std::vector<float>{1.0f, -2.0f, std::ldexp(1.0f, -24), 65536.0f});
+  CHECK(c.find("a")->stored_dtype == "F32");
+  CHECK(c.find("h")->stored_dtype == "F16");
 }
 
 TEST_CASE("weights: sharded folder with model.safetensors.index.json") {
@@ -334,12 +346,21 @@ TEST_CASE("weights: check_weights reports missing key, wrong dtype, wrong shape"
   }
   SUBCASE("wrong dtype") {
     write_bytes(file, safetensors_bytes(
-                          R"({"model.layers.0.self_attn.q_proj.weight":{"dtype":"F32","shape":[4,6],"data_offsets":[0,96]}})",
+                          R"({"model.layers.0.self_attn.q_proj.weight":{"dtype":"I32","shape":[4,6],"data_offsets":[0,96]}})",
                           filler(96)));
     const std::string e = error_of(file);
     check_contains(e, file.string());
-    check_contains(e, "key 'model.layers.0.self_attn.q_proj.weight' (schedule tensor 'layers.0.wq') is F32 [4, 6], "
-                      "expected BF16 [4, 6]");
+    check_contains(e, "key 'model.layers.0.self_attn.q_proj.weight' (schedule tensor 'layers.0.wq') is I32 [4, 6], "
+                      "expected BF16 [4, 6] (F16 and F32 are converted at load)");
+  }
+  SUBCASE("F32 and F16 weights are accepted: converted to bf16 at load") {
+    for (const char* dtype : {"F32", "F16"}) {
+      const bool f32 = dtype[1] == '3';
+      write_bytes(file, safetensors_bytes(std::string(R"({"model.layers.0.self_attn.q_proj.weight":{"dtype":")") + dtype +
+                                              R"(","shape":[4,6],"data_offsets":[0,)" + (f32 ? "96" : "48") + "]}}",
+                                          filler(f32 ? 96 : 48)));
+      CHECK(error_of(file) == "");
+    }
   }
   SUBCASE("wrong shape") {
     mk::device::write_safetensors(file, {random_tensor("model.layers.0.self_attn.q_proj.weight", {6, 4}, rng)});

@@ -1,4 +1,5 @@
-// mkplan: YAML model -> verified binary schedule (+ Graphviz of its dependencies).
+// mkplan: YAML model (or a Hugging Face checkpoint folder's config.json) -> verified binary
+// schedule (+ Graphviz of its dependencies).
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -10,18 +11,22 @@
 #include "tools/cli.hpp"
 
 #include "common/output_file.hpp"
+#include "dsl/hf_config.hpp"
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "mkplan: plan a megakernel schedule from a YAML model.\n"
+      "mkplan: plan a megakernel schedule from a YAML model, or from a Hugging Face checkpoint folder\n"
+      "(its config.json: Llama, Mistral, Qwen2, Qwen3) without writing YAML.\n"
       "Lowers every op into tasks, derives counter-based dependencies, assigns tasks to per-SM\n"
       "queues, proves the schedule deadlock-free and writes it as a binary file for mkrun."};
   std::string model_path, out_path, dot_path, policy = "round-robin", dot_level = "op";
   uint32_t sms = 132;
   bool quiet = false;
-  app.add_option("model", model_path, "model YAML (see examples/)")->required();
+  std::string emit_yaml;
+  app.add_option("model", model_path, "model YAML (see examples/), or a checkpoint folder (or its config.json) to import")->required();
+  app.add_option("--emit-yaml", emit_yaml, "with a checkpoint folder: also write the generated model as YAML (edit it to customise)");
   app.add_option("-o,--output", out_path, "schedule file to write")->required();
   app.add_option("--sms", sms, "SM count to plan for (the H200 has 132)")->capture_default_str()->check(CLI::Range(1, 4096));
   app.add_option("--policy", policy, "SM assignment: round-robin, or critical-path (list scheduling by a bytes-moved cost model)")
@@ -76,7 +81,10 @@ int main(int argc, char** argv) {
 
   try {
     const auto start = std::chrono::steady_clock::now();
-    const mk::dsl::ModelGraph model = mk::dsl::parse_file(model_path);
+    const bool import = mk::dsl::is_hf_import(model_path);
+    if (!emit_yaml.empty() && !import) throw std::invalid_argument("--emit-yaml needs a checkpoint folder (or its config.json), not a YAML model");
+    std::string generated;
+    const mk::dsl::ModelGraph model = import ? mk::dsl::import_hf_model(model_path, &generated) : mk::dsl::parse_file(model_path);
     mk::planner::PlanOptions options;
     options.sm_count = sms;
     options.policy = mk::planner::policy_by_name(policy);
@@ -96,11 +104,27 @@ int main(int argc, char** argv) {
         std::cerr << "mkplan: warning: " << dot_path << " has " << stats.nodes << " nodes and " << stats.edges
                   << " edges; Graphviz will take minutes or fail on it. Pick a few layers and ops: --dot-layers 0-1 --dot-ops 'qkv*,attn*'\n";
     }
+    std::optional<mk::io::OutputFile> yaml_file;
+    if (!emit_yaml.empty()) {
+      yaml_file.emplace(emit_yaml);
+      yaml_file->write(generated);
+      yaml_file->close();
+    }
     mk::io::OutputFile out(out_path);
     out.write(schedule.data(), schedule.size());
     out.commit();
     if (dot_file) dot_file->commit();
+    if (yaml_file) yaml_file->commit();
     if (!quiet) {
+      if (import) {
+        const mk::dsl::HfConfig config = mk::dsl::read_hf_config(model_path);
+        std::cout << "model generated from " << config.file << " (" << config.architecture << ", " << config.layers
+                  << " layers, " << config.heads << " q heads over " << config.kv_heads << " kv heads, head_dim "
+                  << config.head_dim << (config.qkv_bias ? ", q/k/v biases" : "") << (config.qk_norm ? ", q/k norm" : "")
+                  << (config.tie_embeddings ? ", tied embeddings" : "") << ")\n";
+        if (config.sliding_window)
+          std::cout << "sliding_window " << *config.sliding_window << ": exact up to that context; mkrun refuses a longer one\n";
+      }
       std::cout << mk::planner::summary(plan);
       std::cout << "wrote " << out_path << ": " << bytes << " bytes, planned and verified in " << ms << " ms\n";
     }

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "tools/cli.hpp"
+#include "tools/mkrun_config.hpp"
 
 #include "device/runtime.hpp"
 #include "schedules/ops/sample.hpp"
@@ -111,6 +112,7 @@ int main(int argc, char** argv) {
     const uint64_t steps = ids.size() + (tokens ? uint64_t{tokens} - 1 : 0);
     if (!max_context && steps > (1u << 24)) throw std::invalid_argument("--tokens is too large");
     opt.max_context = max_context ? max_context : static_cast<uint32_t>(steps);
+    mk::tools::check_planned_config(schedule, mk::tools::checkpoint_folder(weights_path), opt.max_context);
     opt.order = order == "shuffled" ? mk::device::Order::shuffled : mk::device::Order::deterministic;
     opt.seed = seed;
     opt.watchdog_seconds = watchdog;

@@ -208,7 +208,13 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
     const float a = acc[i] * inv;
     const float y = silu ? a / (1.0f + expf(-a)) * (acc[rows + i] * inv) : a;
     const float r = !residual ? 0.0f : k < kResidualRows ? res[k] : load_activation(residual + p.row_begin + i);
-    out[p.row_begin + i] = r + y;
+    float b = 0.0f;  // the bias of this row's weight, if any (act none only)
+    if (!silu) {
+      uint32_t s = 0, first = 0;
+      while (p.row_begin + i >= p.weight_row_end[s]) first = p.weight_row_end[s++];
+      if (p.bias[s] != schedule::kNone) b = bf16_to_f32(mem.at<const uint16_t>(p.bias[s])[p.row_begin + i - first]);
+    }
+    out[p.row_begin + i] = r + (y + b);
   }
 }
 

@@ -33,6 +33,7 @@ void cpu_run(const schedule::MatvecPayload& p, const schedule::StepContext&, con
       uint32_t i = 0, first = 0;
       while (r >= p.weight_row_end[i]) first = p.weight_row_end[i++];
       y = dot(p.weight[i], r - first);
+      if (p.bias[i] != schedule::kNone) y += bf16_to_f32(mem.at<const uint16_t>(p.bias[i])[r - first]);
     }
     out[r] = residual ? residual[r] + y : y;
   }

@@ -9,7 +9,7 @@ using schedule::MatvecAct;
 constexpr FieldSpec kFields[] = {
     {"in", FieldKind::input, true},       {"norm", FieldKind::input, false}, {"weight", FieldKind::input_list, true},
     {"residual", FieldKind::input, false}, {"act", FieldKind::text, false},   {"eps", FieldKind::number, false},
-    {"out", FieldKind::output, true},
+    {"out", FieldKind::output, true},     {"bias", FieldKind::input_list, false},
 };
 
 bool is_silu(const OpInfo& op) {
@@ -38,6 +38,17 @@ uint64_t infer(OpCheck& c) {
     if (act == "silu_mul" && w->shape != weights[0]->shape)
       c.fail("weight", "gate and up weights must have the same shape");
     rows = act == "silu_mul" ? w->shape[0] : rows + w->shape[0];
+  }
+  if (c.op().decl->field("bias")) {
+    const auto biases = c.tensor_list("bias");
+    if (act != "none") c.fail("bias", "bias is applied only without act (to each weight's rows)");
+    if (biases.size() != weights.size())
+      c.fail("bias", "bias has " + std::to_string(biases.size()) + " entries; expected one per weight (" +
+                         std::to_string(weights.size()) + ")");
+    for (size_t i = 0; i < biases.size(); ++i)
+      if (biases[i]->role != schedule::Role::weight || biases[i]->shape.size() != 1 || biases[i]->shape[0] != weights[i]->shape[0])
+        c.fail("bias", "shape mismatch: bias '" + biases[i]->name + "' must be a 1-D weight of " +
+                           std::to_string(weights[i]->shape[0]) + " elements, the rows of weight '" + weights[i]->name + "'");
   }
   if (const TensorInfo* norm = c.optional_tensor("norm"); norm && norm->role != schedule::Role::weight)
     c.fail("norm", "norm '" + norm->name + "' must be a weight");
@@ -79,6 +90,8 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t begin, uint32_t end)
     rows = silu ? r : rows + r;
     pl.weight_row_end[i] = rows;
   }
+  if (const dsl::Value* bias = op.decl->field("bias"))
+    for (size_t i = 0; i < bias->items.size(); ++i) pl.bias[i] = p.find(bias->items[i]);
   pl.row_begin = begin;
   pl.row_end = end;
 

@@ -5,9 +5,7 @@ namespace mk::schedule {
 std::string check_payload(const AttentionPayload& p, const Schedule& s) {
   if (p.heads == 0 || p.kv_heads == 0 || p.head_dim == 0 || p.kv_splits == 0) return "zero dimension";
   if (p.heads % p.kv_heads) return "heads must be a multiple of kv_heads";
-  if (p.head_dim % 8 || p.head_dim > kMaxHeadDim) return "head_dim must be a multiple of 8, at most 128";
-  const uint32_t group = p.heads / p.kv_heads;
-  if (group > kMaxGroup || (group & (group - 1))) return "q heads per kv head must be 1, 2, 4 or 8";
+  if (p.head_dim % 8 || p.head_dim > kMaxScheduleHeadDim) return "head_dim must be a multiple of 8, at most 256";
   if (p.kv_splits > 64) return "at most 64 kv splits";
   const uint64_t hd = p.head_dim, rep = p.heads / p.kv_heads;
   if (auto e = expect_tensor(s, p.qkv, "qkv", DType::f32, (p.heads + 2ull * p.kv_heads) * hd, {Role::activation, Role::io});

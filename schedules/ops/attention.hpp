@@ -3,9 +3,12 @@
 
 namespace mk::schedule {
 
-// Limits of the device implementation (registers per lane).
+// Limits of the CUDA implementation (registers per lane): device/cuda refuses a schedule past
+// them (check_cuda_limits); the format, the planner and the emulator take any q heads per kv
+// head and a head_dim up to kMaxScheduleHeadDim.
 inline constexpr uint32_t kMaxHeadDim = 128;
-inline constexpr uint32_t kMaxGroup = 8;  // q heads per kv head: 1, 2, 4 or 8
+inline constexpr uint32_t kMaxGroup = 8;  // q heads per kv head
+inline constexpr uint32_t kMaxScheduleHeadDim = 256;
 
 enum class RopeScaling : uint32_t { none = 0, llama3 = 1 };
 

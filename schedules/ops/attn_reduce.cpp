@@ -5,7 +5,7 @@ namespace mk::schedule {
 
 std::string check_payload(const AttnReducePayload& p, const Schedule& s) {
   if (p.kv_heads == 0 || p.kv_splits == 0 || p.rep == 0 || p.head_dim == 0) return "zero dimension";
-  if (p.head_dim > kMaxHeadDim || p.kv_splits > 64) return "head_dim above 128 or more than 64 splits";
+  if (p.head_dim > kMaxScheduleHeadDim || p.kv_splits > 64) return "head_dim above 256 or more than 64 splits";
   const uint64_t heads = uint64_t{p.kv_heads} * p.rep;
   if (auto e = expect_tensor(s, p.in, "in", DType::f32, heads * p.kv_splits * (p.head_dim + 2ull), {Role::activation, Role::io});
       !e.empty())

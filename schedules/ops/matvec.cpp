@@ -19,7 +19,11 @@ std::string check_payload(const MatvecPayload& p, const Schedule& s) {
     rows = silu ? w.shape[0] : rows + w.shape[0];
     if (p.weight_row_end[i] != rows) return "weight_row_end inconsistent with the weight shapes";
     if (silu && i == 1 && w.shape != s.tensors[p.weight[0]].shape) return "gate and up shapes differ";
+    if (p.bias[i] != kNone && silu) return "a bias is only applied without an activation";
+    if (auto e = expect_optional_tensor(s, p.bias[i], "bias", DType::bf16, w.shape[0], {Role::weight}); !e.empty()) return e;
   }
+  for (uint32_t i = p.weight_count; i < 3; ++i)
+    if (p.bias[i] != kNone) return "a bias without its weight";
   if (silu) rows = s.tensors[p.weight[0]].shape[0];
   if (auto e = expect_tensor(s, p.out, "out", DType::f32, rows, act); !e.empty()) return e;
   if (auto e = expect_optional_tensor(s, p.residual, "residual", DType::f32, rows, act); !e.empty()) return e;

@@ -8,7 +8,8 @@ enum class MatvecAct : uint32_t { none = 0, silu_mul = 1 };
 // y = W · (norm ? rmsnorm(in) * norm : in), fp32 accumulation, for output rows [row_begin,
 // row_end). act none: W is the row-wise concatenation of weight[0..weight_count) and
 // out[r] = y[r] (+ residual[r]). act silu_mul: weight[0] is gate, weight[1] is up and
-// out[r] = silu(gate_r · x) * (up_r · x).
+// out[r] = silu(gate_r · x) * (up_r · x). bias[i] (act none only): bf16 [rows_i] added to the
+// rows of weight[i] before the residual, or kNone.
 struct MatvecPayload {
   static constexpr const char* kColour = "#4e79a7";  // blue: this op in the DOT graph and the trace
   uint32_t in;        // activation f32 [cols]
@@ -22,6 +23,7 @@ struct MatvecPayload {
   uint32_t weight[3];          // weights bf16 [rows_i, cols]
   uint32_t weight_row_end[3];  // cumulative row ends of the concatenation
   uint32_t row_begin, row_end;
+  uint32_t bias[3] = {kNone, kNone, kNone};  // weights bf16 [rows_i] or kNone, parallel to weight[]
 };
 
 }  // namespace mk::schedule

@@ -7,6 +7,11 @@ prompt plus a greedy continuation, then runs the same token sequence through tra
 float32 (the same bf16 weights, upcast) and in bf16. Per step, our logits must be no further
 from float32 than transformers' own bf16 pass is, and our top-1 token must equal float32's
 wherever float32's top-1/top-2 gap exceeds 0.1. Exit status 1 on any failure.
+
+With --family and --shape (or --config FILE) instead of --example, the model comes from a Hugging
+Face config (a real model's shape, layers cut to --layers), and mkplan plans the saved checkpoint
+folder straight from its config.json: no YAML. Norm weights are then drawn around 1 (and biases
+around 0) instead of transformers' ones and zeros, so that a misplaced norm or bias shows.
 """
 import argparse, json, math, os, subprocess, sys, time
 
@@ -65,13 +70,85 @@ def expected_inv_freq(cfg):
     return torch.tensor(inv, dtype=torch.float64)
 
 
+# Real models' shapes, as their config.json on the Hub gives them (Hub field names). Mistral and
+# Qwen2 give no head_dim (hidden / heads).
+SHAPES = {
+    "llama-3.2-3b": dict(family="llama", hidden_size=3072, intermediate_size=8192, num_attention_heads=24,
+                         num_key_value_heads=8, head_dim=128, vocab_size=128256, num_hidden_layers=28,
+                         rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True,
+                         rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                           original_max_position_embeddings=8192)),
+    "qwen2.5-1.5b": dict(family="qwen2", hidden_size=1536, intermediate_size=8960, num_attention_heads=12,
+                         num_key_value_heads=2, vocab_size=151936, num_hidden_layers=28, rms_norm_eps=1e-6,
+                         rope_theta=1000000.0, tie_word_embeddings=True),
+    "mistral-7b": dict(family="mistral", hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+                       num_key_value_heads=8, vocab_size=32768, num_hidden_layers=32, rms_norm_eps=1e-5,
+                       rope_theta=1000000.0, tie_word_embeddings=False),
+    "qwen3-8b": dict(family="qwen3", hidden_size=4096, intermediate_size=12288, num_attention_heads=32,
+                     num_key_value_heads=8, head_dim=128, vocab_size=151936, num_hidden_layers=36, rms_norm_eps=1e-6,
+                     rope_theta=1000000.0, tie_word_embeddings=False),
+}
+
+
+def hf_model_from_config(hub):
+    """transformers config and model class from a Hub-style config dict (with "family")."""
+    import transformers as tf
+    hub = dict(hub)
+    family = hub.pop("family")
+    classes = dict(llama=(tf.LlamaConfig, tf.LlamaForCausalLM), mistral=(tf.MistralConfig, tf.MistralForCausalLM),
+                   qwen2=(tf.Qwen2Config, tf.Qwen2ForCausalLM), qwen3=(tf.Qwen3Config, tf.Qwen3ForCausalLM))
+    cls_cfg, cls_model = classes[family]
+    theta = float(hub.pop("rope_theta", 10000.0))
+    scaling = hub.pop("rope_scaling", None)
+    extra = dict(max_position_embeddings=131072, hidden_act="silu")
+    if family == "mistral":
+        extra["sliding_window"] = None  # Mistral-7B v0.3: no window
+    if family in ("qwen2", "qwen3"):
+        extra["use_sliding_window"] = False
+    params = dict(scaling or {"rope_type": "default"}, rope_theta=theta)
+    if int(tf.__version__.split(".")[0]) >= 5:  # rope_parameters; older versions keep unknown kwargs silently
+        config = cls_cfg(**hub, **extra, rope_parameters=params)
+    else:
+        config = cls_cfg(**hub, **extra, rope_theta=theta, rope_scaling=scaling)
+    config._attn_implementation = "eager"
+    # The YAML-style view of it, for the RoPE check and the sizes below.
+    cfg = dict(hidden=hub["hidden_size"], inter=hub["intermediate_size"], heads=hub["num_attention_heads"],
+               kv_heads=hub["num_key_value_heads"],
+               head_dim=hub.get("head_dim") or hub["hidden_size"] // hub["num_attention_heads"],
+               vocab=hub["vocab_size"], layers=hub["num_hidden_layers"], eps=hub["rms_norm_eps"],
+               tie_embeddings=int(hub.get("tie_word_embeddings", False)), rope=dict(theta=theta))
+    if scaling and scaling.get("rope_type") == "llama3":
+        cfg["rope"].update(scaling="llama3", factor=scaling["factor"], low_freq_factor=scaling["low_freq_factor"],
+                           high_freq_factor=scaling["high_freq_factor"],
+                           original_max_position=scaling["original_max_position_embeddings"])
+    return config, cls_model, cfg
+
+
+def perturb_norms_and_biases(model, seed):
+    """transformers starts norms at ones and biases at zeros: a norm applied in the wrong place,
+    or a bias left out, would not show. Draw them around those values instead."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".bias"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+
+
 def rel(a, b):
     return float(torch.linalg.norm((a - b).double()) / torch.linalg.norm(b.double()))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--example", required=True, help="examples/<name>.yaml")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--example", help="examples/<name>.yaml")
+    src.add_argument("--shape", choices=sorted(SHAPES), help="a real model's shape, planned from its config.json")
+    src.add_argument("--config", help="a Hub-style config dict as JSON (plus \"family\"), planned from config.json")
+    ap.add_argument("--family", choices=["llama", "mistral", "qwen2", "qwen3"],
+                    help="with --shape: checked against the shape's family; with --config: the family if it has none")
+    ap.add_argument("--layers", type=int, default=4, help="with --shape/--config: layers kept (default 4, to keep it fast)")
     ap.add_argument("--bin", required=True, help="folder with mkplan and mkrun")
     ap.add_argument("--work", required=True, help="scratch folder for the checkpoint and outputs")
     ap.add_argument("--prompt", type=int, default=8)
@@ -80,15 +157,33 @@ def main():
     a = ap.parse_args()
 
     torch.manual_seed(a.seed)
-    cfg = load_config(a.example)
-    name = os.path.basename(a.example)[:-5]
-    qwen = bool(cfg.get("qk_norm", 0))
     os.makedirs(a.work, exist_ok=True)
     ckpt = os.path.join(a.work, "ckpt")
-    config, cls = hf_model(cfg, qwen)
+    if a.example:
+        cfg = load_config(a.example)
+        name = os.path.basename(a.example)[:-5]
+        config, cls = hf_model(cfg, bool(cfg.get("qk_norm", 0)))
+    else:
+        if a.shape:
+            hub, name = dict(SHAPES[a.shape]), a.shape
+            if a.family and a.family != hub["family"]:
+                sys.exit(f"--family {a.family} does not match --shape {a.shape} ({hub['family']})")
+        else:
+            with open(a.config) as f:
+                hub = json.load(f)
+            hub.setdefault("family", a.family)
+            if not hub["family"]:
+                sys.exit("--config needs a \"family\" entry or --family")
+            name = os.path.basename(a.config).rsplit(".", 1)[0]
+        full_layers = hub["num_hidden_layers"]
+        hub["num_hidden_layers"] = min(full_layers, a.layers)
+        name += f" ({hub['num_hidden_layers']} of {full_layers} layers, from config.json)"
+        config, cls, cfg = hf_model_from_config(hub)
     t0 = time.time()
     with torch.device("cuda"):
         model = cls(config).eval()
+    if not a.example:
+        perturb_norms_and_biases(model, a.seed + 2)
     rotary = getattr(model.model, "rotary_emb", None)
     if rotary is None or not hasattr(rotary, "inv_freq"):
         sys.exit(f"{name}: cannot read transformers' RoPE frequencies to check the rope config")
@@ -101,7 +196,8 @@ def main():
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     sched = os.path.join(a.work, "sched.bin")
-    subprocess.run([os.path.join(a.bin, "mkplan"), a.example, "-o", sched, "--sms", str(sms)], check=True)
+    # An example is planned from its YAML; a config from the saved checkpoint folder itself.
+    subprocess.run([os.path.join(a.bin, "mkplan"), a.example or ckpt, "-o", sched, "--sms", str(sms)], check=True)
     g = torch.Generator().manual_seed(a.seed + 1)
     prompt = torch.randint(0, cfg["vocab"], (a.prompt,), generator=g).tolist()
     npy = os.path.join(a.work, "logits.npy")

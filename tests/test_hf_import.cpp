@@ -1,0 +1,482 @@
+// Checkpoint folders planned from their config.json (dsl/hf_config.cpp): the generated plans of
+// real shapes equal the hand-written examples'; tiny configs of each family, with random weights,
+// run on the emulator as the independent reference does (any GQA ratio, biases, head_dim 256);
+// every unsupported config field is refused by name. Also the planner's own choices of split,
+// chunks and kv_splits, biases in YAML and the unused-weight refusal.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <tuple>
+
+#include "device/runtime.hpp"
+#include "device/weights.hpp"
+#include "dsl/hf_config.hpp"
+#include "dsl/model.hpp"
+#include "planner/plan.hpp"
+#include "tests/reference.hpp"
+#include "tests/temp_dir.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using mk::schedule::Schedule;
+
+struct TempDir : mk::test::TempDir {
+  TempDir() : mk::test::TempDir("mk_test_hf") {}
+};
+
+void write_config(const fs::path& dir, const std::string& json) {
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << json;
+}
+
+mk::planner::Plan plan_of(const mk::dsl::ModelGraph& model, uint32_t sms) {
+  mk::planner::PlanOptions o;
+  o.sm_count = sms;
+  return mk::planner::plan(model, o);
+}
+
+// The error importing a config.json gives ("" when it imports and plans).
+std::string import_error(const std::string& json) {
+  TempDir dir;
+  write_config(dir.path, json);
+  try {
+    (void)plan_of(mk::dsl::import_hf_model(dir.path), 16);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string plan_error(const std::string& yaml, uint32_t sms = 16) {
+  try {
+    (void)plan_of(mk::dsl::parse_string(yaml, "m.yaml"), sms);
+  } catch (const mk::dsl::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+double rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = double(got[i]) - double(ref[i]);
+    diff += d * d;
+    norm += double(ref[i]) * double(ref[i]);
+  }
+  return got.size() == ref.size() ? std::sqrt(diff / norm) : INFINITY;
+}
+
+// Llama-3.2-1B's config.json as published on the Hub.
+const std::string kLlama32_1B = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 128000,
+  "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+  "intermediate_size": 8192, "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 8192,
+                   "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.45.0.dev0",
+  "use_cache": true, "vocab_size": 128256})";
+
+// Llama-3.1-8B's, Hub style (a separate lm_head).
+const std::string kLlama31_8B = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "bos_token_id": 128000, "eos_token_id": 128001,
+  "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336, "max_position_embeddings": 131072,
+  "mlp_bias": false, "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+                   "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 128256})";
+
+// Qwen3-4B's as transformers 5 saves it: rope_parameters and dtype.
+const std::string kQwen3_4B = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 151643,
+  "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2560, "initializer_range": 0.02,
+  "intermediate_size": 9728, "layer_types": ["full_attention", "full_attention"], "max_position_embeddings": 40960,
+  "max_window_layers": 36, "model_type": "qwen3", "num_attention_heads": 32, "num_hidden_layers": 36,
+  "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_parameters": {"rope_theta": 1000000, "rope_type": "default"},
+  "sliding_window": null, "tie_word_embeddings": true, "dtype": "bfloat16", "use_cache": true, "use_sliding_window": false,
+  "vocab_size": 151936})";
+
+}  // namespace
+
+TEST_CASE("hf import: the real shapes plan exactly as the hand-written examples at 132 SMs") {
+  for (const auto& [example, json] : {std::pair{"llama-3.2-1b", kLlama32_1B}, {"llama-3.1-8b", kLlama31_8B}, {"qwen3-4b", kQwen3_4B}}) {
+    CAPTURE(example);
+    TempDir dir;
+    write_config(dir.path, json);
+    const mk::dsl::ModelGraph generated = mk::dsl::import_hf_model(dir.path);
+    const mk::dsl::ModelGraph hand = mk::dsl::parse_file(fs::path(MK_SOURCE_DIR) / "examples" / (std::string(example) + ".yaml"));
+    const std::vector<uint8_t> a = mk::schedule::serialize(plan_of(generated, 132).schedule);
+    const std::vector<uint8_t> b = mk::schedule::serialize(plan_of(hand, 132).schedule);
+    CHECK(a.size() == b.size());
+    CHECK(a == b);
+  }
+}
+
+TEST_CASE("hf import: the generated YAML reads back to the same plan, and config.json may be named directly") {
+  TempDir dir;
+  write_config(dir.path / "Qwen3-4B", kQwen3_4B);
+  std::string yaml;
+  const mk::dsl::ModelGraph from_folder = mk::dsl::import_hf_model(dir.path / "Qwen3-4B", &yaml);
+  CHECK(from_folder.name == "Qwen3-4B");
+  CHECK(yaml.find("split:") == std::string::npos);  // left to the planner
+  const mk::dsl::ModelGraph from_file = mk::dsl::import_hf_model(dir.path / "Qwen3-4B" / "config.json");
+  const mk::dsl::ModelGraph reread = mk::dsl::parse_string(yaml, "emitted.yaml");
+  const auto bytes = [](const mk::dsl::ModelGraph& m) { return mk::schedule::serialize(plan_of(m, 40).schedule); };
+  CHECK(bytes(from_folder) == bytes(reread));
+  CHECK(bytes(from_file) == bytes(reread));
+}
+
+namespace {
+
+// A tiny config of one family, planned from config.json at `sms` SMs, random weights written
+// beside it, then the emulator against the reference over a prompt and greedy steps.
+void check_family(const std::string& json, uint32_t sms, uint64_t seed) {
+  TempDir dir;
+  write_config(dir.path, json);
+  const mk::dsl::ModelGraph model = mk::dsl::import_hf_model(dir.path);
+  const Schedule s = plan_of(model, sms).schedule;
+  mk::device::write_random_checkpoint(s, dir.path, seed);
+  {
+    std::ifstream in(dir.path / "config.json");
+    const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    REQUIRE(kept == json);  // mkweights keeps the folder's config.json
+  }
+  const mk::device::Checkpoint ckpt = mk::device::Checkpoint::open(dir.path);
+  const uint32_t vocab = static_cast<uint32_t>(s.tensors[s.logits_tensor].elements());
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab) - 1);
+  std::vector<int32_t> prompt(7);
+  for (int32_t& t : prompt) t = tok(rng);
+  mk::device::RuntimeOptions opt;
+  opt.max_context = 12;
+  auto backend = mk::device::make_emulator_backend(s, ckpt, opt);
+  mk::device::GenerateOptions g;
+  g.prompt = prompt;
+  g.tokens = 5;
+  g.keep_logits = true;
+  const mk::device::GenerateResult r = mk::device::generate(*backend, s, g, opt.max_context);
+  REQUIRE(r.logits.size() == r.steps);
+  std::vector<int32_t> fed = prompt;
+  for (uint32_t pos = static_cast<uint32_t>(prompt.size()); pos < r.steps; ++pos) fed.push_back(r.tokens[pos - prompt.size()]);
+  mk::test::ReferenceModel ref(ckpt, mk::test::reference_config(model), static_cast<int>(r.steps));
+  for (uint32_t pos = 0; pos < r.steps; ++pos) {
+    CAPTURE(pos);
+    const std::vector<float> want = ref.step(fed[pos]);
+    const double err = rel_error(r.logits[pos], want);
+    CAPTURE(err);
+    CHECK(err < 1e-4);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("hf import: tiny models of each family on the emulator match the reference (logits within 1e-4)") {
+  SUBCASE("Llama, Hub style: 6 heads over 2 kv heads (ratio 3), llama3 RoPE, separate lm_head") {
+    const std::string json = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 192, "intermediate_size": 256,
+      "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 32, "num_hidden_layers": 2, "vocab_size": 320,
+      "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu", "tie_word_embeddings": false,
+      "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                       "original_max_position_embeddings": 8192}, "torch_dtype": "bfloat16"})";
+    for (uint32_t sms : {3u, 132u}) check_family(json, sms, 11);
+  }
+  SUBCASE("Llama with attention_bias (q, k, v and o biases) and head_dim 256") {
+    const std::string json = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 384,
+      "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "num_hidden_layers": 1, "vocab_size": 256,
+      "rms_norm_eps": 1e-06, "attention_bias": true, "tie_word_embeddings": true})";
+    check_family(json, 16, 12);
+  }
+  SUBCASE("Mistral, Hub style: no head_dim (hidden / heads), no GQA, a sliding window it does not reach") {
+    const std::string json = R"({"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 128,
+      "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 2,
+      "vocab_size": 384, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": 4096, "hidden_act": "silu",
+      "tie_word_embeddings": false, "torch_dtype": "bfloat16"})";
+    for (uint32_t sms : {5u, 132u}) check_family(json, sms, 13);
+  }
+  SUBCASE("Qwen2, transformers 5 style: q/k/v biases, 12 heads over 2 kv heads (ratio 6), tied") {
+    const std::string json = R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 384,
+      "intermediate_size": 512, "num_attention_heads": 12, "num_key_value_heads": 2, "num_hidden_layers": 2,
+      "vocab_size": 300, "rms_norm_eps": 1e-06, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+      "sliding_window": 32768, "use_sliding_window": false, "max_window_layers": 28, "tie_word_embeddings": true,
+      "dtype": "bfloat16"})";
+    for (uint32_t sms : {7u, 132u}) check_family(json, sms, 14);
+  }
+  SUBCASE("Qwen2: 14 heads over 2 kv heads (ratio 7)") {
+    const std::string json = R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 448, "intermediate_size": 256,
+      "num_attention_heads": 14, "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 200,
+      "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": false})";
+    check_family(json, 9, 15);
+  }
+  SUBCASE("Qwen3: q/k norm, head_dim given apart from hidden / heads, 10 heads over 2 kv heads (ratio 5)") {
+    const std::string json = R"({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 256, "intermediate_size": 384,
+      "num_attention_heads": 10, "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 2, "vocab_size": 320,
+      "rms_norm_eps": 1e-06, "rope_theta": 1000000, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+      "use_sliding_window": false, "sliding_window": null})";
+    for (uint32_t sms : {4u, 132u}) check_family(json, sms, 16);
+  }
+}
+
+TEST_CASE("hf import: every unsupported config field is refused by name") {
+  const std::string base = R"("hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8,
+    "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 512)";
+  auto with = [&](const std::string& arch, const std::string& extra) {
+    return "{\"architectures\": [\"" + arch + "\"], " + base + (extra.empty() ? "" : ", " + extra) + "}";
+  };
+  CHECK(import_error(with("LlamaForCausalLM", "")) == "");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {with("MixtralForCausalLM", "\"num_local_experts\": 8"), "'architectures' is 'MixtralForCausalLM'; supported: LlamaForCausalLM"},
+      {with("LlamaForCausalLM", "\"num_local_experts\": 8"), "'num_local_experts' is 8: mixture-of-experts models are not supported"},
+      {with("Qwen2ForCausalLM", "\"num_experts\": 60"), "'num_experts' is 60: mixture-of-experts"},
+      {with("LlamaForCausalLM", "\"hidden_act\": \"gelu\""), "'hidden_act' is 'gelu'; only silu is supported"},
+      {with("LlamaForCausalLM", "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}"),
+       "'rope_scaling.rope_type' is 'yarn'; supported rope types: default, llama3"},
+      {with("LlamaForCausalLM", "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}"), "'rope_scaling.type' is 'linear'"},
+      {with("Qwen3ForCausalLM", "\"rope_parameters\": {\"rope_type\": \"dynamic\", \"rope_theta\": 10000}"),
+       "'rope_parameters.rope_type' is 'dynamic'"},
+      {with("LlamaForCausalLM", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}"),
+       "rope type llama3 needs 'low_freq_factor'"},
+      {with("Qwen2ForCausalLM", "\"use_sliding_window\": true, \"sliding_window\": 4096"),
+       "'use_sliding_window' is true: sliding-window attention is not supported"},
+      {with("Qwen3ForCausalLM", "\"layer_types\": [\"full_attention\", \"sliding_attention\"]"),
+       "'layer_types' holds \"sliding_attention\": only full_attention layers are supported"},
+      {with("LlamaForCausalLM", "\"mlp_bias\": true"), "'mlp_bias' is true"},
+      {with("LlamaForCausalLM", "\"quantization_config\": {\"quant_method\": \"gptq\"}"), "'quantization_config' is set"},
+      {with("LlamaForCausalLM", "\"torch_dtype\": \"int8\""), "'torch_dtype' is 'int8'; supported: bfloat16, float16, float32"},
+      {"{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 256, \"intermediate_size\": 512, \"num_attention_heads\": 8, "
+       "\"num_key_value_heads\": 3, \"num_hidden_layers\": 2, \"vocab_size\": 512}",
+       "'num_key_value_heads' is 3, which does not divide num_attention_heads = 8"},
+      {with("LlamaForCausalLM", "\"head_dim\": 512"), "'head_dim' gives head_dim 512; supported: a multiple of 8, at most 256"},
+      {"{\"architectures\": [\"LlamaForCausalLM\"], \"intermediate_size\": 512, \"num_attention_heads\": 8, "
+       "\"num_hidden_layers\": 2, \"vocab_size\": 512}",
+       "missing 'hidden_size'"},
+      {with("LlamaForCausalLM", "\"rms_norm_eps\": \"small\""), "'rms_norm_eps' must be a number"},
+      {"{\"model_type\": \"gemma\", " + base + "}", "'model_type' is 'gemma'; supported: llama, mistral, qwen2, qwen3"},
+      {"[1, 2]", "expected a JSON object"},
+      {"{\"architectures\": ", "not valid JSON"},
+  };
+  for (const auto& [json, message] : cases) {
+    CAPTURE(json);
+    const std::string e = import_error(json);
+    CHECK(e.find("config.json: ") != std::string::npos);
+    CHECK(e.find(message) != std::string::npos);
+    CAPTURE(e);
+  }
+  TempDir empty;
+  CHECK_THROWS_WITH_AS((void)mk::dsl::import_hf_model(empty.path), doctest::Contains("no config.json here"), mk::dsl::Error);
+}
+
+TEST_CASE("hf import: the planned values mkrun checks are read from either style of config.json") {
+  TempDir dir;
+  write_config(dir.path, kLlama32_1B);
+  mk::dsl::HfPlannedValues v = mk::dsl::read_hf_planned_values(dir.path / "config.json");
+  CHECK(*v.eps == 1e-5);
+  CHECK(*v.rope_theta == 500000);
+  CHECK(*v.rope_scaling == "llama3");
+  CHECK(*v.rope_factor == 32);
+  CHECK(*v.vocab == 128256);
+  CHECK(*v.tie_embeddings == true);
+  CHECK(!v.sliding_window);
+  write_config(dir.path, kQwen3_4B);
+  v = mk::dsl::read_hf_planned_values(dir.path / "config.json");
+  CHECK(*v.rope_theta == 1e6);
+  CHECK(*v.rope_scaling == "none");
+  write_config(dir.path, R"({"mk_generated": true, "seed": 3})");
+  v = mk::dsl::read_hf_planned_values(dir.path / "config.json");
+  CHECK(!v.eps);
+  CHECK(!v.rope_theta);
+  CHECK(!v.vocab);
+}
+
+namespace {
+
+// A small model in YAML whose matvec and attention fields can be varied.
+std::string tiny_yaml(const std::string& qkv_extra, const std::string& attn_extra, const std::string& extra_weights = "",
+                      int heads = 8, int kv_heads = 2, int head_dim = 32) {
+  return "model: t\n"
+         "config: {hidden: 256, inter: 512, heads: " + std::to_string(heads) + ", kv_heads: " + std::to_string(kv_heads) +
+         ", head_dim: " + std::to_string(head_dim) + ", vocab: 512, eps: 1.0e-5, rope: {theta: 10000}}\n"
+         "weights:\n"
+         "  embed: {key: e, shape: [vocab, hidden]}\n"
+         "  n1: {key: n1, shape: [hidden]}\n"
+         "  wq: {key: wq, shape: [heads*head_dim, hidden]}\n"
+         "  wk: {key: wk, shape: [kv_heads*head_dim, hidden]}\n"
+         "  wv: {key: wv, shape: [kv_heads*head_dim, hidden]}\n"
+         "  bq: {key: bq, shape: [heads*head_dim]}\n"
+         "  bk: {key: bk, shape: [kv_heads*head_dim]}\n"
+         "  bv: {key: bv, shape: [kv_heads*head_dim]}\n"
+         "  wo: {key: wo, shape: [hidden, heads*head_dim]}\n" +
+         extra_weights +
+         "kv_caches:\n"
+         "  k: {shape: [kv_heads, head_dim]}\n"
+         "  v: {shape: [kv_heads, head_dim]}\n"
+         "ops:\n"
+         "  - {op: embed, table: embed, out: x}\n"
+         "  - {op: matvec, in: x, norm: n1, weight: [wq, wk, wv], out: qkv" + qkv_extra + "}\n"
+         "  - {op: attention, qkv: qkv, k_cache: k, v_cache: v, out: part" + attn_extra + "}\n"
+         "  - {op: attn_reduce, in: part, out: attn}\n"
+         "  - {op: matvec, in: attn, weight: wo, residual: x, out: h}\n"
+         "  - {op: matvec, in: h, weight: embed, out: logits}\n"
+         "  - {op: argmax, in: logits, out: tok}\n";
+}
+
+const mk::planner::OpInfo& op_named(const mk::planner::Plan& p, const std::string& name) {
+  for (const mk::planner::OpInfo& op : p.program.ops)
+    if (op.name == name) return op;
+  throw std::runtime_error("no op " + name);
+}
+
+}  // namespace
+
+TEST_CASE("planner: split, chunks and kv_splits left out are chosen from the SM count and the op's shape") {
+  const std::string yaml = tiny_yaml(", bias: [bq, bk, bv]", "");
+  const mk::dsl::ModelGraph m = mk::dsl::parse_string(yaml, "m.yaml");
+  for (uint32_t sms : {1u, 6u, 40u, 132u}) {
+    CAPTURE(sms);
+    const mk::planner::Plan p = plan_of(m, sms);
+    CHECK(op_named(p, "x").split == std::min(16u, sms));                    // embed: at most 16 tasks
+    CHECK(op_named(p, "qkv").split == std::min(384u, sms));                 // matvec: one task per SM
+    CHECK(op_named(p, "qkv").chunks == 12u);                                // one per head (8 + 2 + 2)
+    const uint32_t kv_splits = std::clamp(sms / 2, 1u, 64u);
+    CHECK(op_named(p, "part").units == 2 * kv_splits);                     // kv_splits: about one unit per SM
+    CHECK(op_named(p, "part").split == std::min(2 * kv_splits, sms));
+    CHECK(op_named(p, "part").chunks == 2u);                                // per kv head
+    CHECK(op_named(p, "attn").split == std::min(8u, sms));                  // attn_reduce: a head per task
+    CHECK(op_named(p, "h").chunks == 1u);
+    CHECK(op_named(p, "tok").split == 1u);
+  }
+  // Written values win.
+  const mk::planner::Plan p =
+      plan_of(mk::dsl::parse_string(tiny_yaml(", bias: [bq, bk, bv], split: 5, chunks: 3", ", kv_splits: 3, split: 2, chunks: 1"), "m.yaml"), 132);
+  CHECK(op_named(p, "qkv").split == 5u);
+  CHECK(op_named(p, "qkv").chunks == 3u);
+  CHECK(op_named(p, "part").units == 6u);
+  CHECK(op_named(p, "part").split == 2u);
+  CHECK(op_named(p, "part").chunks == 1u);
+}
+
+TEST_CASE("planner: a declared weight that no op reads is refused at its declaration") {
+  // The biases of tiny_yaml are declared; without `bias:` nothing reads them.
+  const std::string e = plan_error(tiny_yaml("", ""));
+  CHECK(e.find("m.yaml:9:3: weight 'bq' (key 'bq') is declared but no op reads it") != std::string::npos);
+  CHECK(plan_error(tiny_yaml(", bias: [bq, bk, bv]", "")) == "");
+}
+
+TEST_CASE("planner: matvec biases are checked against their weights") {
+  CHECK(plan_error(tiny_yaml(", bias: [bq, bk]", "")).find("bias has 2 entries; expected one per weight (3)") != std::string::npos);
+  CHECK(plan_error(tiny_yaml(", bias: [bq, bv, bk]", "", "", 8, 2, 32)) == "");  // bk and bv have the same shape
+  CHECK(plan_error(tiny_yaml(", bias: [bk, bq, bv]", ""))
+            .find("shape mismatch: bias 'bk' must be a 1-D weight of 256 elements, the rows of weight 'wq'") != std::string::npos);
+  CHECK(plan_error(tiny_yaml(", bias: [bq, bk, undefined_b]", "")).find("undefined tensor 'undefined_b'") != std::string::npos);
+  const std::string silu = tiny_yaml(", bias: [bq, bk, bv]", "", "  wg: {key: wg, shape: [512, hidden]}\n  wu: {key: wu, shape: [512, hidden]}\n  bg: {key: bg, shape: [512]}\n  bu: {key: bu, shape: [512]}\n") +
+                           "  - {op: matvec, in: h, weight: [wg, wu], act: silu_mul, bias: [bg, bu], out: a}\n"
+                           "  - {op: matvec, in: a, weight: embed, out: logits2}\n";
+  CHECK(plan_error(silu).find("bias is applied only without act") != std::string::npos);
+}
+
+TEST_CASE("planner: any number of q heads per kv head, head_dim up to 256") {
+  for (auto [heads, kv] : {std::pair{6, 2}, {12, 2}, {14, 2}, {5, 1}, {9, 3}, {16, 1}, {32, 2}}) {
+    CAPTURE(heads);
+    CAPTURE(kv);
+    CHECK(plan_error(tiny_yaml(", bias: [bq, bk, bv]", "", "", heads, kv, 32)) == "");
+  }
+  CHECK(plan_error(tiny_yaml(", bias: [bq, bk, bv]", "", "", 2, 1, 256)) == "");
+  CHECK(plan_error(tiny_yaml(", bias: [bq, bk, bv]", "", "", 1, 1, 264)).find("head_dim must be a multiple of 8, at most 256") !=
+        std::string::npos);
+}
+
+TEST_CASE("CUDA backend limits: more than 8 q heads per kv head or head_dim above 128 are refused before any allocation") {
+  auto schedule_of = [](int heads, int kv, int hd) {
+    return plan_of(mk::dsl::parse_string(tiny_yaml(", bias: [bq, bk, bv]", "", "", heads, kv, hd), "m.yaml"), 8).schedule;
+  };
+  for (auto [heads, kv, hd] : {std::tuple{6, 2, 32}, {12, 2, 128}, {14, 2, 64}, {8, 1, 128}})
+    CHECK_NOTHROW(mk::device::check_cuda_limits(schedule_of(heads, kv, hd)));
+  CHECK_THROWS_WITH(mk::device::check_cuda_limits(schedule_of(9, 1, 32)),
+                    doctest::Contains("this schedule has 9 heads over 1 kv heads (9 per kv head), head_dim 32 (run it with --backend emulator)"));
+  CHECK_THROWS_WITH(mk::device::check_cuda_limits(schedule_of(2, 1, 256)), doctest::Contains("head_dim at most 128"));
+}
+
+namespace {
+
+// Rewrites a bf16 checkpoint folder's model.safetensors with every tensor in F32 or F16.
+void rewrite_as(const mk::device::Checkpoint& bf16, const fs::path& file, bool f32) {
+  nlohmann::json header = nlohmann::json::object();
+  std::vector<uint8_t> data;
+  for (const auto& [key, t] : bf16.tensors()) {
+    const std::vector<float> v = bf16.to_float(key);
+    const uint64_t begin = data.size();
+    for (float x : v) {
+      uint8_t b[4];
+      if (f32) {
+        std::memcpy(b, &x, 4);
+        data.insert(data.end(), b, b + 4);
+      } else {
+        const _Float16 h = static_cast<_Float16>(x);
+        std::memcpy(b, &h, 2);
+        data.insert(data.end(), b, b + 2);
+      }
+    }
+    header[key] = {{"dtype", f32 ? "F32" : "F16"}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>(n >> (8 * i)));
+  out << text;
+  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+}
+
+std::vector<std::vector<float>> run_logits(const Schedule& s, const mk::device::Checkpoint& ckpt, const std::vector<int32_t>& prompt) {
+  mk::device::RuntimeOptions opt;
+  opt.max_context = static_cast<uint32_t>(prompt.size()) + 3;
+  auto backend = mk::device::make_emulator_backend(s, ckpt, opt);
+  mk::device::GenerateOptions g;
+  g.prompt = prompt;
+  g.tokens = 4;
+  g.keep_logits = true;
+  return mk::device::generate(*backend, s, g, opt.max_context).logits;
+}
+
+}  // namespace
+
+TEST_CASE("hf import: F32 and F16 checkpoints run as their bf16 conversion does") {
+  TempDir dir;
+  write_config(dir.path, R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 128, "intermediate_size": 256,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 200,
+    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": false, "torch_dtype": "float32"})");
+  const Schedule s = plan_of(mk::dsl::import_hf_model(dir.path), 6).schedule;
+  mk::device::write_random_checkpoint(s, dir.path, 21);
+  const std::vector<int32_t> prompt = {5, 190, 33, 7, 128};
+  std::vector<std::vector<float>> want;
+  {
+    const mk::device::Checkpoint bf16 = mk::device::Checkpoint::open(dir.path);
+    want = run_logits(s, bf16, prompt);
+    rewrite_as(bf16, dir.path / "model.f32", true);
+    rewrite_as(bf16, dir.path / "model.f16", false);
+  }
+  // bf16 values are exact in f32: the same logits, bit for bit.
+  fs::rename(dir.path / "model.f32", dir.path / "model.safetensors");
+  {
+    const mk::device::Checkpoint f32 = mk::device::Checkpoint::open(dir.path);
+    CHECK(f32.find("model.embed_tokens.weight")->stored_dtype == "F32");
+    CHECK(run_logits(s, f32, prompt) == want);
+  }
+  // In f16 they are exact too, but for the few below f16's normal range (rounded there): close.
+  fs::rename(dir.path / "model.f16", dir.path / "model.safetensors");
+  const mk::device::Checkpoint f16 = mk::device::Checkpoint::open(dir.path);
+  CHECK(f16.find("model.layers.0.self_attn.q_proj.bias")->stored_dtype == "F16");
+  const std::vector<std::vector<float>> got = run_logits(s, f16, prompt);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    CHECK(rel_error(got[i], want[i]) < 1e-5);
+  }
+}
