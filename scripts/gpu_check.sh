@@ -2,9 +2,10 @@
 # Everything one visit to the GPU machine runs, most important first, each step bounded in time
 # so that one visit (at most 10 minutes a command) ends with results: the GPU tests, the
 # interpreter benchmark (bench/run.sh), the PyTorch baselines of the same shapes
-# (bench/torch_baseline.py), the comparisons with transformers, mkrun end-to-end timings and a
-# trace, compute-sanitizer on the tiny models (SAN=0 skips it), and the Qwen3-4B comparison
-# and timing last. BUDGET (seconds, default 540) bounds the whole visit: a step that would start
+# (bench/torch_baseline.py; BASELINES=0 skips them), the comparisons with transformers (the
+# examples, then models planned straight from config.json: tests/gpu/hf_import_check.sh), mkrun
+# end-to-end timings and a trace, compute-sanitizer on the tiny models (SAN=0 skips it), and the
+# Qwen3-4B comparison and timing last. BUDGET (seconds, default 540) bounds the whole visit: a step that would start
 # with too little time left is skipped and says so.
 # Binaries come prebuilt in $BIN (scripts/gpu_build.sh on the development machine).
 # Everything printed goes to $LOG/gpu_check.log, and $LOG/RESULTS-table.md gets the table
@@ -53,11 +54,13 @@ if [ "${QUICK:-0}" = 1 ]; then
   exit $status
 fi
 
+if [ "${BASELINES:-1}" != 0 ]; then
 step "baselines: PyTorch eager, CUDA graph, torch.compile (same shapes, random weights)"
 bounded 150 python3 bench/torch_baseline.py examples/llama-3.2-1b.yaml --context 512 || status=1
 bounded 60 python3 bench/torch_baseline.py examples/llama-3.2-1b.yaml --context 32 --variants eager,graph || status=1
 bounded 60 python3 bench/torch_baseline.py examples/llama-3.1-8b.yaml --context 512 --variants eager,graph || status=1
 bounded 60 python3 bench/torch_baseline.py examples/qwen3-4b.yaml --context 8192 --variants eager,graph || status=1
+fi
 python3 bench/results.py "$LOG/gpu_check.log" --commit "$(cat "$BIN/COMMIT" 2>/dev/null || echo unknown)" \
   > "$LOG/RESULTS-table.md" && cat "$LOG/RESULTS-table.md"
 
@@ -79,6 +82,9 @@ timing() {  # example, prompt length, tokens
 compare tiny-llama
 compare llama-3.2-1b
 timing llama-3.2-1b 512 128
+
+step "transformers comparisons of models planned from config.json (no YAML), 1100-token prompts"
+bounded 330 env TIMEOUT=110 bash tests/gpu/hf_import_check.sh "$BIN" "$WORK/hf-import" || status=1
 
 step "mkrun --trace: llama-3.2-1b (the last of 16 steps, into LOG/mkrun-trace-llama-3.2-1b.{json,svg})"
 bounded 60 "$BIN/mkrun" "$WORK/llama-3.2-1b/sched.bin" "$WORK/llama-3.2-1b/ckpt" --backend cuda --prompt-ids 128000,791,1888 \

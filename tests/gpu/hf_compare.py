@@ -214,10 +214,12 @@ def main():
     with torch.no_grad():
         bf16 = model(seq).logits[0].float()
         model.float()
-        if hasattr(rotary, "original_inv_freq"):  # the bf16 cast rounded the RoPE buffer too
-            rotary.inv_freq = rotary.original_inv_freq.to(rotary.inv_freq.device, torch.float32)
-        else:
-            rotary.inv_freq = expected_inv_freq(cfg).float().cuda()
+        # The bf16 cast rounded the RoPE frequencies to bf16, and with them original_inv_freq where
+        # that is a buffer too (transformers 5): a phase error that grows with the position. The
+        # float32 reference gets the float32 frequencies, checked against transformers' own above.
+        rotary.inv_freq = expected_inv_freq(cfg).float().to(rotary.inv_freq.device)
+        if hasattr(rotary, "original_inv_freq"):
+            rotary.original_inv_freq = rotary.inv_freq.clone()
         f32 = model(seq).logits[0].float()
     ok = True
     worst, worst_bf16, agree, gapped = 0.0, 0.0, 0, 0

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "tests/step_context.hpp"
@@ -15,6 +16,7 @@
 #include "device/cuda/interpreter.hpp"
 #include "device/ops/cpu_ops.hpp"
 #include "device/runtime.hpp"
+#include "dsl/hf_config.hpp"
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
 #include "tests/reference.hpp"
@@ -93,11 +95,12 @@ schedule::Schedule single_op(const schedule::Schedule& s, uint32_t op, uint32_t 
   return out;
 }
 
-void compare_ops(const char* example) {
+void compare_ops(const char* example, uint32_t pos, uint32_t max_context) {
+  CAPTURE(pos);
   const int sms = device::cuda_device_sm_count();
   const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/" + example);
   const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
-  const uint32_t max_context = 64, pos = 37, token = 11;
+  const uint32_t token = 11;
   for (uint32_t op = 0; op < plan.schedule.ops.size(); ++op) {
     if (plan.schedule.ops[op].layer > 0) continue;  // layer 0 has every op kind
     const schedule::Schedule s = single_op(plan.schedule, op, static_cast<uint32_t>(sms));
@@ -152,8 +155,12 @@ struct TempDir : test::TempDir {
 TEST_CASE("a GPU is present") { REQUIRE(device::cuda_device_sm_count() > 0); }
 
 TEST_CASE("every op on the GPU matches its emulator body") {
-  compare_ops("tiny-llama.yaml");
-  compare_ops("tiny-qwen3.yaml");
+  // Position 37: each attention split reads part of one ring tile; 1100: several batches of
+  // tiles per split, the current position in the last one.
+  for (const auto& [pos, max_context] : {std::pair{37u, 64u}, std::pair{1100u, 1200u}}) {
+    compare_ops("tiny-llama.yaml", pos, max_context);
+    compare_ops("tiny-qwen3.yaml", pos, max_context);
+  }
 }
 
 TEST_CASE("whole models: CUDA interpreter vs emulator vs the independent reference") {
@@ -168,31 +175,90 @@ TEST_CASE("whole models: CUDA interpreter vs emulator vs the independent referen
       TempDir dir(std::string("model_") + model.name);
       device::write_random_checkpoint(plan.schedule, dir.path, 4242);
       const device::Checkpoint ckpt = device::Checkpoint::open(dir.path);
-      device::RuntimeOptions ro;
-      ro.max_context = 64;
-      auto gpu = device::make_cuda_backend(plan.schedule, ckpt, ro);
-      auto emu = device::make_emulator_backend(plan.schedule, ckpt, ro);
-      device::GenerateOptions go;
-      go.prompt = {5, 17, 3, 99};
-      go.tokens = 28;
-      go.keep_logits = true;
-      const auto g = device::generate(*gpu, plan.schedule, go, ro.max_context);
-      const auto e = device::generate(*emu, plan.schedule, go, ro.max_context);
-      CHECK(g.tokens == e.tokens);
-      test::ReferenceModel ref(ckpt, test::reference_config(model), 64);
-      std::vector<int32_t> sequence = go.prompt;
-      sequence.insert(sequence.end(), g.tokens.begin(), g.tokens.end() - 1);
-      double worst_emu = 0, worst_ref = 0;
-      for (size_t step = 0; step < g.logits.size(); ++step) {
-        worst_emu = std::max(worst_emu, rel_err(g.logits[step], e.logits[step]));
-        worst_ref = std::max(worst_ref, rel_err(g.logits[step], ref.step(sequence[step])));
+      // A short prompt, and one past a thousand positions (several batches of KV tiles per split).
+      for (const auto& [prompt_len, tokens] : {std::pair{4u, 28u}, std::pair{1100u, 6u}}) {
+        CAPTURE(prompt_len);
+        device::RuntimeOptions ro;
+        ro.max_context = prompt_len + tokens + 4;
+        auto gpu = device::make_cuda_backend(plan.schedule, ckpt, ro);
+        auto emu = device::make_emulator_backend(plan.schedule, ckpt, ro);
+        device::GenerateOptions go;
+        std::mt19937 rng(prompt_len);
+        for (uint32_t i = 0; i < prompt_len; ++i) go.prompt.push_back(static_cast<int32_t>(rng() % 300));
+        go.tokens = tokens;
+        go.keep_logits = true;
+        const auto g = device::generate(*gpu, plan.schedule, go, ro.max_context);
+        const auto e = device::generate(*emu, plan.schedule, go, ro.max_context);
+        CHECK(g.tokens == e.tokens);
+        test::ReferenceModel ref(ckpt, test::reference_config(model), ro.max_context);
+        std::vector<int32_t> sequence = go.prompt;
+        sequence.insert(sequence.end(), g.tokens.begin(), g.tokens.end() - 1);
+        double worst_emu = 0, worst_ref = 0;
+        for (size_t step = 0; step < g.logits.size(); ++step) {
+          worst_emu = std::max(worst_emu, rel_err(g.logits[step], e.logits[step]));
+          worst_ref = std::max(worst_ref, rel_err(g.logits[step], ref.step(sequence[step])));
+        }
+        CHECK(worst_emu < 1e-3);
+        CHECK(worst_ref < 1e-3);
+        MESSAGE(model.name, " (", std::string(planner::policy_name(policy)), ", ", g.steps, " steps after a ", prompt_len,
+                "-token prompt): same greedy tokens as the emulator; worst logit error vs emulator ", worst_emu,
+                ", vs reference ", worst_ref, "; ", g.seconds * 1e6 / g.steps, " us/step");
       }
-      CHECK(worst_emu < 1e-3);
-      CHECK(worst_ref < 1e-3);
-      MESSAGE(model.name, " (", std::string(planner::policy_name(policy)), ", ", g.steps, " steps): same greedy tokens as the emulator; worst "
-              "logit error vs emulator ", worst_emu, ", vs reference ", worst_ref, "; ", g.seconds * 1e6 / g.steps,
-              " us/step including the per-step token read-back");
     }
+  }
+}
+
+TEST_CASE("models from config.json on the GPU (GQA ratios 3, 4 and 6, head_dim 64 and 128, biases, q/k norm) after a 1100-token prompt") {
+  const int sms = device::cuda_device_sm_count();
+  const std::pair<const char*, const char*> configs[] = {
+      {"llama, 6 heads over 2 (ratio 3), head_dim 128",
+       R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 384, "intermediate_size": 512, "num_attention_heads": 6,
+           "num_key_value_heads": 2, "head_dim": 128, "num_hidden_layers": 2, "vocab_size": 320, "rms_norm_eps": 1e-05,
+           "rope_theta": 500000.0, "tie_word_embeddings": false})"},
+      {"qwen3, 8 heads over 2 (ratio 4), head_dim 128, q/k norm",
+       R"({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 256, "intermediate_size": 384, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "head_dim": 128, "num_hidden_layers": 2, "vocab_size": 320, "rms_norm_eps": 1e-06,
+           "rope_theta": 1000000, "tie_word_embeddings": true})"},
+      {"qwen2, 12 heads over 2 (ratio 6), head_dim 64, q/k/v biases",
+       R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 768, "intermediate_size": 512, "num_attention_heads": 12,
+           "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 300, "rms_norm_eps": 1e-06,
+           "rope_theta": 1000000.0, "tie_word_embeddings": true})"},
+      {"mistral, 8 heads over 2 (ratio 4), head_dim 128 from hidden / heads",
+       R"({"architectures": ["MistralForCausalLM"], "hidden_size": 1024, "intermediate_size": 512, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 384, "rms_norm_eps": 1e-05,
+           "rope_theta": 1000000.0, "sliding_window": 4096, "tie_word_embeddings": false})"},
+  };
+  for (const auto& [what, json] : configs) {
+    CAPTURE(what);
+    TempDir dir("hf_gpu");
+    fs::create_directories(dir.path);
+    std::ofstream(dir.path / "config.json") << json;
+    const dsl::ModelGraph model = dsl::import_hf_model(dir.path);
+    const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
+    device::write_random_checkpoint(plan.schedule, dir.path, 77);
+    const device::Checkpoint ckpt = device::Checkpoint::open(dir.path);
+    device::RuntimeOptions ro;
+    ro.max_context = 1108;
+    auto gpu = device::make_cuda_backend(plan.schedule, ckpt, ro);
+    auto emu = device::make_emulator_backend(plan.schedule, ckpt, ro);
+    device::GenerateOptions go;
+    std::mt19937 rng(11);
+    for (uint32_t i = 0; i < 1100; ++i) go.prompt.push_back(static_cast<int32_t>(rng() % 300));
+    go.tokens = 4;
+    go.keep_logits = true;
+    const auto g = device::generate(*gpu, plan.schedule, go, ro.max_context);
+    const auto e = device::generate(*emu, plan.schedule, go, ro.max_context);
+    test::ReferenceModel ref(ckpt, test::reference_config(model), ro.max_context);
+    std::vector<int32_t> sequence = go.prompt;
+    sequence.insert(sequence.end(), g.tokens.begin(), g.tokens.end() - 1);
+    double worst_emu = 0, worst_ref = 0;
+    for (size_t step = 0; step < g.logits.size(); ++step) {
+      worst_emu = std::max(worst_emu, rel_err(g.logits[step], e.logits[step]));
+      worst_ref = std::max(worst_ref, rel_err(g.logits[step], ref.step(sequence[step])));
+    }
+    CHECK(worst_emu < 1e-3);
+    CHECK(worst_ref < 1e-3);
+    MESSAGE(what, ": ", g.steps, " steps; worst logit error vs emulator ", worst_emu, ", vs reference ", worst_ref);
   }
 }
 
