@@ -2,7 +2,7 @@
 # Everything one visit to the GPU machine runs, most important first, each step bounded in time
 # so that one visit (at most 10 minutes a command) ends with results: the GPU tests, the
 # interpreter benchmark (bench/run.sh), the PyTorch baselines of the same shapes
-# (bench/torch_baseline.py; BASELINES=0 skips them), the comparisons with transformers (the
+# (bench/torch_baseline.py; BASELINES=0 skips them, COMPILE=0 skips torch.compile), the comparisons with transformers (the
 # examples, then models planned straight from config.json: tests/gpu/hf_import_check.sh), mkrun
 # end-to-end timings and a trace, compute-sanitizer on the tiny models (SAN=0 skips it), and the
 # Qwen3-4B comparison and timing last. BUDGET (seconds, default 540) bounds the whole visit: a step that would start
@@ -56,7 +56,11 @@ fi
 
 if [ "${BASELINES:-1}" != 0 ]; then
 step "baselines: PyTorch eager, CUDA graph, torch.compile (same shapes, random weights)"
-bounded 150 python3 bench/torch_baseline.py examples/llama-3.2-1b.yaml --context 512 || status=1
+if [ "${COMPILE:-1}" != 0 ]; then  # torch.compile max-autotune takes about two minutes
+  bounded 150 python3 bench/torch_baseline.py examples/llama-3.2-1b.yaml --context 512 || status=1
+else
+  bounded 60 python3 bench/torch_baseline.py examples/llama-3.2-1b.yaml --context 512 --variants eager,graph || status=1
+fi
 bounded 60 python3 bench/torch_baseline.py examples/llama-3.2-1b.yaml --context 32 --variants eager,graph || status=1
 bounded 60 python3 bench/torch_baseline.py examples/llama-3.1-8b.yaml --context 512 --variants eager,graph || status=1
 bounded 60 python3 bench/torch_baseline.py examples/qwen3-4b.yaml --context 8192 --variants eager,graph || status=1
