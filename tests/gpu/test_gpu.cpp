@@ -258,7 +258,7 @@ TEST_CASE("models from config.json on the GPU (GQA ratios 3, 4 and 6, head_dim 6
     }
     CHECK(worst_emu < 1e-3);
     CHECK(worst_ref < 1e-3);
-    MESSAGE(what, ": ", g.steps, " steps; worst logit error vs emulator ", worst_emu, ", vs reference ", worst_ref);
+    MESSAGE(std::string(what), ": ", g.steps, " steps; worst logit error vs emulator ", worst_emu, ", vs reference ", worst_ref);
   }
 }
 
