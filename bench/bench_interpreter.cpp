@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "schedules/cost.hpp"
 #include "device/cuda/interpreter.hpp"
 #include "schedules/schedule.hpp"
 
@@ -84,6 +85,7 @@ int main(int argc, char** argv) {
       if (t.role == schedule::Role::kv_cache) kv_bytes += t.elements() * 2.0 * context;
     }
     const double floor_us = (weight_bytes + kv_bytes) / 4.58e12 * 1e6;
+    const double predicted = schedule::predict_step_us(s, context);
     double sequence = 0;
     const double full = median(run(s, context, reps, trace, &sequence));
     schedule::Schedule free = s;
@@ -96,7 +98,9 @@ int main(int argc, char** argv) {
               << (weight_bytes + kv_bytes) / full / 1e6 << " TB/s\n"
               << "  same without waits:  " << no_waits << " us = " << floor_us / no_waits * 100 << " % of the floor\n"
               << "  " << kSequence << " steps back to back (tokens fed on the device, host clock): " << sequence
-              << " us per step\n";
+              << " us per step\n"
+              << "  the cost model (schedules/cost.hpp) predicts " << predicted << " us: measured / predicted = "
+              << full / predicted << "\n";
   } catch (const std::exception& e) {
     std::cerr << "mkbench: " << e.what() << "\n";
     return 1;

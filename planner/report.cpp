@@ -9,6 +9,7 @@
 
 #include "planner/op_def.hpp"
 #include "planner/plan.hpp"
+#include "schedules/cost.hpp"
 #include "schedules/op_kinds.hpp"
 #include "schedules/ops.hpp"
 
@@ -63,6 +64,10 @@ std::string summary(const Plan& p) {
   o << "MB moved per SM:       " << min_median_max(mb_per_sm) << " (" << total_mb << " MB in all)\n";
   o << "critical path:         " << p.stats.critical_path_tasks << " tasks, " << p.stats.critical_path_us
     << " us by the cost model (floor at full bandwidth " << total_mb / 4.58e6 * 1e6 << " us)\n";
+  o << "predicted step:        ";
+  for (uint32_t context : {32u, 512u, 8192u})
+    o << schedule::predict_step_us(s, context) << " us at context " << context << (context == 8192 ? "" : ", ");
+  o << " (schedules/cost.hpp; mkbench prints it beside the measured time)\n";
   return o.str();
 }
 

@@ -1,3 +1,4 @@
+#include "schedules/cost.hpp"
 #include "schedules/payload_checks.hpp"
 
 namespace mk::schedule {
@@ -8,5 +9,8 @@ std::string check_payload(const ArgmaxPayload& p, const Schedule& s) {
   if (auto e = expect_tensor(s, p.out, "out", DType::i32, 1, {Role::io}); !e.empty()) return e;
   return {};
 }
+
+// One SM reads all of its input from L2.
+double cost_us(const ArgmaxPayload& p, const CostModel& m, uint32_t) { return m.task_us + p.count * 4.0 / m.input_bytes_per_us; }
 
 }  // namespace mk::schedule

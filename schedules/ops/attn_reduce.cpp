@@ -1,3 +1,4 @@
+#include "schedules/cost.hpp"
 #include "schedules/ops/attention.hpp"
 #include "schedules/payload_checks.hpp"
 
@@ -14,5 +15,8 @@ std::string check_payload(const AttnReducePayload& p, const Schedule& s) {
   if (p.head_begin >= p.head_end || p.head_end > heads) return "head range outside the op";
   return {};
 }
+
+// The partials of its heads from L2: one round trip, every load issued at once.
+double cost_us(const AttnReducePayload&, const CostModel& m, uint32_t) { return m.task_us; }
 
 }  // namespace mk::schedule

@@ -1,3 +1,4 @@
+#include "schedules/cost.hpp"
 #include "schedules/payload_checks.hpp"
 
 namespace mk::schedule {
@@ -11,5 +12,7 @@ std::string check_payload(const EmbedPayload& p, const Schedule& s) {
   if (p.col_begin >= p.col_end || p.col_end > table.shape[1]) return "column range outside the table";
   return {};
 }
+
+double cost_us(const EmbedPayload&, const CostModel& m, uint32_t) { return m.task_us; }
 
 }  // namespace mk::schedule

@@ -1,3 +1,4 @@
+#include "schedules/cost.hpp"
 #include "schedules/payload_checks.hpp"
 
 namespace mk::schedule {
@@ -30,6 +31,13 @@ std::string check_payload(const MatvecPayload& p, const Schedule& s) {
   if (p.row_begin >= p.row_end || p.row_end > rows) return "row range outside the output";
   if (!(p.eps > 0.0f)) return "eps must be positive";
   return {};
+}
+
+// Its input vector from L2, then its weights at one SM's share of the stream.
+double cost_us(const MatvecPayload& p, const CostModel& m, uint32_t) {
+  const bool silu = p.act == static_cast<uint32_t>(MatvecAct::silu_mul);
+  const double weights = double(p.row_end - p.row_begin) * p.cols * 2 * (silu ? 2 : 1);
+  return m.task_us + p.cols * 4.0 / m.input_bytes_per_us + weights / m.stream_bytes_per_us;
 }
 
 }  // namespace mk::schedule

@@ -2,6 +2,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "schedules/cost.hpp"
 #include "schedules/payload_checks.hpp"
 
 namespace mk::schedule {
@@ -38,5 +39,8 @@ uint32_t set_sampling(Schedule& s, const SamplingParams& sp) {
   }
   return n;
 }
+
+// One SM reads its input from L2 twice (the maximum, then the draw).
+double cost_us(const SamplePayload& p, const CostModel& m, uint32_t) { return m.task_us + p.count * 8.0 / m.input_bytes_per_us; }
 
 }  // namespace mk::schedule

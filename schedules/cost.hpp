@@ -1,0 +1,32 @@
+// The cost model: how long each instruction runs on the device, and the step time that follows
+// from the per-SM queues and their waits. Each op's terms are in its schedules/ops/<op>.cpp;
+// the constants were fitted to the H200 traces of 2026-11-30 (bench/NOTES.md, "cost model"),
+// and mkbench prints the prediction beside what it measures.
+#pragma once
+#include <cstdint>
+
+#include "schedules/ops.hpp"
+#include "schedules/schedule.hpp"
+
+namespace mk::schedule {
+
+struct CostModel {
+  double stream_bytes_per_us = 4.58e6 / 132;  // one SM's share of the weight stream (4.58 TB/s)
+  double input_bytes_per_us = 20e3;            // an activation vector read from L2 by one SM
+  double task_us = 2.4;     // per instruction: its first round trip (matvec input 1.3 us), epilogue and signal (1.4)
+  double latency_us = 2.0;  // from the last signal to the waiting SM running (waits of 1.6-2.0 us when producers end together)
+};
+
+#define MK_OP(name, code, payload) double cost_us(const payload&, const CostModel&, uint32_t context);
+#include "schedules/op_table.def"
+#undef MK_OP
+
+// One instruction at a step of `context` positions.
+double instruction_us(const Instruction&, const CostModel&, uint32_t context);
+
+// The step's time by the cost model: every SM runs its queue in order, each instruction
+// starting when its SM is free and the last signal it waits for has landed (plus latency_us).
+// NaN when the queues cannot finish (a schedule the verifier would refuse).
+double predict_step_us(const Schedule&, uint32_t context, const CostModel& = {});
+
+}  // namespace mk::schedule
