@@ -56,7 +56,9 @@ std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t 
     exec.enable_trace(true);
     exec.timed_step(17, context - 1);
     const auto events = exec.read_trace();
-    std::cout << device::trace_summary(s, events);
+    device::TraceOptions topt;
+    topt.context = context - 1;  // the traced step's position
+    std::cout << device::trace_summary(s, events, topt);
     device::write_chrome_trace(s, events, trace + ".json");
     device::write_trace_svg(s, events, trace + ".svg");
   }

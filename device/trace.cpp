@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/output_file.hpp"
+#include "schedules/cost.hpp"
 #include "schedules/op_kinds.hpp"
 #include "schedules/ops.hpp"
 
@@ -217,8 +218,10 @@ std::string trace_summary(const schedule::Schedule& s, const std::vector<TraceEv
   struct Sum {
     uint32_t n = 0, marked = 0;
     double wait = 0, run = 0, phase[3] = {0, 0, 0};  // with marks: ready..mark0, mark0..mark1, mark1..end
-    void add(const TraceEvent& e) {
+    double bytes = 0;                                 // streamed from memory (schedules/cost.hpp)
+    void add(const TraceEvent& e, double streamed) {
       ++n;
+      bytes += streamed;
       wait += (e.ready - e.start) / 1e3;
       run += (e.end - e.ready) / 1e3;
       if (e.mark[0] && e.mark[1]) {
@@ -233,11 +236,13 @@ std::string trace_summary(const schedule::Schedule& s, const std::vector<TraceEv
   std::map<uint16_t, Sum> by_op;
   std::map<std::string, Sum> by_name;  // op names without their layer digits: one line per op of the block
   uint64_t t0 = first_start(ev), t1 = t0;
+  const bool rates = opt.context > 0 && !opt.logical;
   for (size_t i = 0; i < ev.size(); ++i) {
-    by_op[s.instructions[i].opcode].add(ev[i]);
+    const double streamed = rates ? schedule::instruction_bytes(s.instructions[i], opt.context) : 0;
+    by_op[s.instructions[i].opcode].add(ev[i], streamed);
     std::string name = s.ops[s.instructions[i].op].name;
     name.erase(std::remove_if(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }), name.end());
-    by_name[name].add(ev[i]);
+    by_name[name].add(ev[i], streamed);
     t1 = std::max(t1, ev[i].end);
   }
   std::ostringstream o;
@@ -253,11 +258,16 @@ std::string trace_summary(const schedule::Schedule& s, const std::vector<TraceEv
         << sum.phase[1] / sum.marked << " " << u << " to phase 2, " << sum.phase[2] / sum.marked << " " << u
         << " to the signal\n";
   }
-  o << "per op name, layer digits dropped (mean per instruction): instructions, wait, run [matvec: input, weights, signal]\n";
+  o << "per op name, layer digits dropped (mean per instruction): instructions, wait, run [matvec: input, weights, signal]"
+    << (rates ? "; KB streamed, its rate while running and % of one SM's share of the bandwidth" : "") << "\n";
+  const double share = schedule::CostModel{}.stream_bytes_per_us;  // bytes per us
   for (const auto& [name, sum] : by_name) {
     o << "  " << name << ": " << sum.n << ", " << sum.wait / sum.n << " " << u << ", " << sum.run / sum.n << " " << u;
     if (sum.marked)
       o << " [" << sum.phase[0] / sum.marked << ", " << sum.phase[1] / sum.marked << ", " << sum.phase[2] / sum.marked << "]";
+    if (rates && sum.bytes > 0 && sum.run > 0)
+      o << "; " << sum.bytes / sum.n / 1e3 << " KB, " << sum.bytes / sum.run / 1e3 << " GB/s, " << 100 * sum.bytes / sum.run / share
+        << " %";
     o << "\n";
   }
   return o.str();

@@ -21,6 +21,7 @@ struct TraceEvent {
 struct TraceOptions {
   std::string title;     // the picture's first line (e.g. the schedule and the backend)
   bool logical = false;  // the emulator's clock: 1000 "ns" per tick, shown as ticks rather than us
+  uint32_t context = 0;  // the traced step's position: with a real clock, the summary gives each op's bytes and rate
 };
 
 // `events` is indexed like schedule.instructions. The file writers go through io::OutputFile;
@@ -31,7 +32,9 @@ void write_chrome_trace(const schedule::Schedule&, const std::vector<TraceEvent>
                         const TraceOptions& = {});
 void write_trace_svg(const schedule::Schedule&, const std::vector<TraceEvent>&, const std::string& path,
                      const TraceOptions& = {});
-// A table: per opcode, instructions, mean wait and run time, and the step's span.
+// A table: per opcode, instructions, mean wait and run time, and the step's span; per op of the
+// layer block the same, and (given the context, on a real clock) the bytes each instruction
+// streams and the rate it ran at against one SM's share of the bandwidth.
 std::string trace_summary(const schedule::Schedule&, const std::vector<TraceEvent>&, const TraceOptions& = {});
 
 }  // namespace mk::device

@@ -6,6 +6,16 @@
 
 namespace mk::schedule {
 
+double instruction_bytes(const Instruction& inst, uint32_t context) {
+  switch (static_cast<Opcode>(inst.opcode)) {
+#define MK_OP(name, code, payload) \
+  case Opcode::name: return bytes_streamed(payload_as<payload>(inst), context);
+#include "schedules/op_table.def"
+#undef MK_OP
+    default: return 0;
+  }
+}
+
 double instruction_us(const Instruction& inst, const CostModel& m, uint32_t context) {
   switch (static_cast<Opcode>(inst.opcode)) {
 #define MK_OP(name, code, payload) \

@@ -17,11 +17,15 @@ struct CostModel {
   double latency_us = 2.0;  // from the last signal to the waiting SM running (waits of 1.6-2.0 us when producers end together)
 };
 
-#define MK_OP(name, code, payload) double cost_us(const payload&, const CostModel&, uint32_t context);
+// Per op, in schedules/ops/<op>.cpp: the bytes an instruction streams from memory (weights, the
+// KV cache; not the activations, which L2 holds) and its time, at a step of `context` positions.
+#define MK_OP(name, code, payload)                           \
+  double bytes_streamed(const payload&, uint32_t context); \
+  double cost_us(const payload&, const CostModel&, uint32_t context);
 #include "schedules/op_table.def"
 #undef MK_OP
 
-// One instruction at a step of `context` positions.
+double instruction_bytes(const Instruction&, uint32_t context);
 double instruction_us(const Instruction&, const CostModel&, uint32_t context);
 
 // The step's time by the cost model: every SM runs its queue in order, each instruction

@@ -2,7 +2,8 @@
 # Everything one visit to the GPU machine runs, most important first, each step bounded in time
 # so that one visit (at most 10 minutes a command) ends with results: the GPU tests, the
 # interpreter benchmark (bench/run.sh), the PyTorch baselines of the same shapes
-# (bench/torch_baseline.py; BASELINES=0 skips them, COMPILE=0 skips torch.compile), the comparisons with transformers (the
+# (bench/torch_baseline.py; BASELINES=0 skips them, COMPILE=0 skips torch.compile; LONG=1 adds
+# contexts of 8192 and 32768 with their baselines), the comparisons with transformers (the
 # examples, then models planned straight from config.json: tests/gpu/hf_import_check.sh), mkrun
 # end-to-end timings and a trace, compute-sanitizer on the tiny models (SAN=0 skips it), and the
 # Qwen3-4B comparison and timing last. BUDGET (seconds, default 540) bounds the whole visit: a step that would start
@@ -54,6 +55,15 @@ if [ "${QUICK:-0}" = 1 ]; then
   exit $status
 fi
 
+if [ "${LONG:-0}" = 1 ]; then  # the long-context set: attention's share of the step grows with the context
+  step "interpreter benchmark, long contexts"
+  SPECS="llama-3.2-1b 8192 round-robin;llama-3.2-1b 32768 round-robin;qwen3-4b 32768 round-robin" TRACE=qwen3-4b \
+    bounded 240 bash bench/run.sh "$BIN" "$LOG" || status=1
+  for spec in "llama-3.2-1b 8192" "llama-3.2-1b 32768" "qwen3-4b 32768"; do
+    set -- $spec
+    bounded 90 python3 bench/torch_baseline.py "examples/$1.yaml" --context "$2" --variants eager,graph || status=1
+  done
+fi
 if [ "${BASELINES:-1}" != 0 ]; then
 step "baselines: PyTorch eager, CUDA graph, torch.compile (same shapes, random weights)"
 if [ "${COMPILE:-1}" != 0 ]; then  # torch.compile max-autotune takes about two minutes

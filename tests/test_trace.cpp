@@ -12,6 +12,7 @@
 #include "device/weights.hpp"
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
+#include "schedules/cost.hpp"
 #include "tests/temp_dir.hpp"
 
 namespace {
@@ -89,6 +90,26 @@ TEST_CASE("trace: Chrome JSON, SVG and summary describe every instruction") {
   for (const char* op : {"embed", "matvec", "attention", "attn_reduce", "argmax"}) CHECK(summary.find(op) != std::string::npos);
   CHECK(summary.find("wait 1 us, run 2 us") != std::string::npos);
   CHECK(summary.find("0.5 us to phase 1, 1 us to phase 2, 0.5 us to the signal") != std::string::npos);
+  CHECK(summary.find("GB/s") == std::string::npos);  // no context given: no rates
+
+  // Given the step's position, each op of the block gets the bytes its instructions stream
+  // (schedules/cost.hpp) and their rate over the 2 us each ran here.
+  mk::device::TraceOptions opt;
+  opt.context = 64;
+  const std::string rated = mk::device::trace_summary(s, events, opt);
+  double bytes = 0;
+  uint32_t n = 0;
+  for (const auto& inst : s.instructions)
+    if (s.ops[inst.op].name == "logits") bytes += mk::schedule::instruction_bytes(inst, 64), ++n;
+  REQUIRE(n > 0);
+  std::ostringstream want;
+  want.precision(3);
+  want << "  logits: " << n << ", 1 us, 2 us [0.5, 1, 0.5]; " << bytes / n / 1e3 << " KB, " << bytes / n / 2 / 1e3 << " GB/s, "
+       << 100 * bytes / n / 2 / mk::schedule::CostModel{}.stream_bytes_per_us << " %\n";
+  CAPTURE(rated);
+  CHECK(rated.find(want.str()) != std::string::npos);
+  opt.context = 128;  // the attention streams more of the cache at a later position
+  CHECK(mk::device::trace_summary(s, events, opt) != rated);
 }
 
 TEST_CASE("trace: hostile op names give valid JSON and SVG") {

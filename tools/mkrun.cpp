@@ -198,6 +198,7 @@ int main(int argc, char** argv) {
     if (!trace.empty()) {
       mk::device::TraceOptions topt;
       topt.logical = backend->trace_is_logical();
+      topt.context = static_cast<uint32_t>(r.steps - 1);
       topt.title = schedule_path + ": the step at position " + std::to_string(r.steps - 1) + " on " + backend->name() +
                    (topt.logical ? " (logical clock)" : "");
       const std::vector<mk::device::TraceEvent> events = backend->trace();

@@ -12,5 +12,6 @@ std::string check_payload(const ArgmaxPayload& p, const Schedule& s) {
 
 // One SM reads all of its input from L2.
 double cost_us(const ArgmaxPayload& p, const CostModel& m, uint32_t) { return m.task_us + p.count * 4.0 / m.input_bytes_per_us; }
+double bytes_streamed(const ArgmaxPayload&, uint32_t) { return 0; }
 
 }  // namespace mk::schedule

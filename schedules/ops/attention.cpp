@@ -35,8 +35,13 @@ std::string check_payload(const AttentionPayload& p, const Schedule& s) {
 // Fitted to the traces of 2026-11-30: 6.4 us per unit at 33 positions, 34 us at 513.
 double cost_us(const AttentionPayload& p, const CostModel& m, uint32_t context) {
   constexpr double kUnitUs = 2.0, kPositionUs = 0.06;
-  const double positions = std::ceil(double(context) / p.kv_splits) + 1, kv_bytes = positions * p.head_dim * 4;
-  return m.task_us + (p.unit_end - p.unit_begin) * (kUnitUs + std::max(positions * kPositionUs, kv_bytes / m.stream_bytes_per_us));
+  const double units = p.unit_end - p.unit_begin, positions = std::ceil(double(context) / p.kv_splits) + 1;
+  return m.task_us + units * (kUnitUs + std::max(positions * kPositionUs, bytes_streamed(p, context) / units / m.stream_bytes_per_us));
+}
+
+// Each unit's cached positions, k and v in bf16.
+double bytes_streamed(const AttentionPayload& p, uint32_t context) {
+  return double(p.unit_end - p.unit_begin) * std::ceil(double(context) / p.kv_splits) * p.head_dim * 4;
 }
 
 }  // namespace mk::schedule

@@ -18,5 +18,6 @@ std::string check_payload(const AttnReducePayload& p, const Schedule& s) {
 
 // The partials of its heads from L2: one round trip, every load issued at once.
 double cost_us(const AttnReducePayload&, const CostModel& m, uint32_t) { return m.task_us; }
+double bytes_streamed(const AttnReducePayload&, uint32_t) { return 0; }
 
 }  // namespace mk::schedule

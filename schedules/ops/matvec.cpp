@@ -33,11 +33,15 @@ std::string check_payload(const MatvecPayload& p, const Schedule& s) {
   return {};
 }
 
-// Its input vector from L2, then its weights at one SM's share of the stream.
-double cost_us(const MatvecPayload& p, const CostModel& m, uint32_t) {
+// Its rows of every weight (gate and up for silu_mul).
+double bytes_streamed(const MatvecPayload& p, uint32_t) {
   const bool silu = p.act == static_cast<uint32_t>(MatvecAct::silu_mul);
-  const double weights = double(p.row_end - p.row_begin) * p.cols * 2 * (silu ? 2 : 1);
-  return m.task_us + p.cols * 4.0 / m.input_bytes_per_us + weights / m.stream_bytes_per_us;
+  return double(p.row_end - p.row_begin) * p.cols * 2 * (silu ? 2 : 1);
+}
+
+// Its input vector from L2, then its weights at one SM's share of the stream.
+double cost_us(const MatvecPayload& p, const CostModel& m, uint32_t context) {
+  return m.task_us + p.cols * 4.0 / m.input_bytes_per_us + bytes_streamed(p, context) / m.stream_bytes_per_us;
 }
 
 }  // namespace mk::schedule
