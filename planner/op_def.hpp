@@ -30,7 +30,6 @@ struct Region {
 struct TaskSpec {
   Region write;
   std::vector<Region> reads;  // activation regions only (weights have no producer)
-  double bytes = 0;           // bytes it moves, for the cost model
   schedule::Instruction inst{};  // opcode and payload filled; waits and signals by the planner
 };
 

@@ -5,10 +5,14 @@
 #include <queue>
 #include <stdexcept>
 
+#include "schedules/cost.hpp"
+
 namespace mk::planner {
 namespace {
 
 using Bits = std::vector<uint64_t>;
+
+double task_us(const Task& t, const schedule::CostModel& cost) { return schedule::instruction_us(t.spec.inst, cost, kPlanContext); }
 
 // Lowers every op into `split` tasks of near-equal unit ranges (sizes differ by at most one,
 // so a split need not divide the units: 132 SMs can share 3072 rows).
@@ -143,7 +147,7 @@ std::vector<std::vector<uint32_t>> assign_round_robin(Plan& p, uint32_t sms) {
 // model) and put it on the SM where it can start first. The order tasks are taken in is a
 // topological order, and each queue is a subsequence of it.
 std::vector<std::vector<uint32_t>> assign_critical_path(Plan& p, uint32_t sms, const std::vector<std::vector<uint32_t>>& preds) {
-  const CostModel cost;
+  const schedule::CostModel cost;
   const size_t n = p.tasks.size();
   std::vector<std::vector<uint32_t>> succs(n);
   for (uint32_t t = 0; t < n; ++t)
@@ -151,8 +155,8 @@ std::vector<std::vector<uint32_t>> assign_critical_path(Plan& p, uint32_t sms, c
   std::vector<double> level(n, 0);
   for (size_t t = n; t-- > 0;) {
     double best = 0;
-    for (uint32_t s : succs[t]) best = std::max(best, level[s] + cost.dependency_latency_us);
-    level[t] = best + cost.task_us(p.tasks[t].spec.bytes);
+    for (uint32_t s : succs[t]) best = std::max(best, level[s] + cost.latency_us);
+    level[t] = best + task_us(p.tasks[t], cost);
   }
   auto lower_priority = [&](uint32_t a, uint32_t b) { return level[a] != level[b] ? level[a] < level[b] : a > b; };
   std::priority_queue<uint32_t, std::vector<uint32_t>, decltype(lower_priority)> ready(lower_priority);
@@ -165,16 +169,16 @@ std::vector<std::vector<uint32_t>> assign_critical_path(Plan& p, uint32_t sms, c
     const uint32_t t = ready.top();
     ready.pop();
     double start = 0;
-    for (uint32_t pr : preds[t]) start = std::max(start, finish[pr] + cost.dependency_latency_us);
+    for (uint32_t pr : preds[t]) start = std::max(start, finish[pr] + cost.latency_us);
     // The SM where it starts first; among equals, the one that has moved the fewest bytes.
     uint32_t best = 0;
     for (uint32_t sm = 1; sm < sms; ++sm) {
       const double a = std::max(sm_free[sm], start), b = std::max(sm_free[best], start);
       if (a < b || (a == b && sm_bytes[sm] < sm_bytes[best])) best = sm;
     }
-    finish[t] = std::max(sm_free[best], start) + cost.task_us(p.tasks[t].spec.bytes);
+    finish[t] = std::max(sm_free[best], start) + task_us(p.tasks[t], cost);
     sm_free[best] = finish[t];
-    sm_bytes[best] += p.tasks[t].spec.bytes;
+    sm_bytes[best] += task_bytes(p.tasks[t]);
     queues[best].push_back(t);
     for (uint32_t s : succs[t])
       if (--pending[s] == 0) ready.push(s);
@@ -183,17 +187,17 @@ std::vector<std::vector<uint32_t>> assign_critical_path(Plan& p, uint32_t sms, c
 }
 
 void critical_path(Plan& p, const std::vector<std::vector<uint32_t>>& preds) {
-  const CostModel cost;
+  const schedule::CostModel cost;
   std::vector<double> end(p.tasks.size(), 0);
   std::vector<uint32_t> length(p.tasks.size(), 1);
   for (uint32_t t = 0; t < p.tasks.size(); ++t) {
     double start = 0;
     for (uint32_t pr : preds[t])
-      if (end[pr] + cost.dependency_latency_us > start) {
-        start = end[pr] + cost.dependency_latency_us;
+      if (end[pr] + cost.latency_us > start) {
+        start = end[pr] + cost.latency_us;
         length[t] = length[pr] + 1;
       }
-    end[t] = start + cost.task_us(p.tasks[t].spec.bytes);
+    end[t] = start + task_us(p.tasks[t], cost);
     if (end[t] > p.stats.critical_path_us) {
       p.stats.critical_path_us = end[t];
       p.stats.critical_path_tasks = length[t];
@@ -243,6 +247,8 @@ Policy policy_by_name(const std::string& name) {
 }
 
 const char* policy_name(Policy p) { return p == Policy::round_robin ? "round-robin" : "critical-path"; }
+
+double task_bytes(const Task& t) { return schedule::instruction_bytes(t.spec.inst, kPlanContext); }
 
 Plan plan(const dsl::ModelGraph& model, const PlanOptions& options) {
   if (options.sm_count == 0 || options.sm_count > 4096) throw std::invalid_argument("the SM count must be 1 to 4096");

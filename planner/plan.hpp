@@ -21,14 +21,9 @@ struct PlanOptions {
   Policy policy = Policy::round_robin;
 };
 
-// The cost model: a task moves its bytes at one SM's share of the streaming bandwidth (4.58 TB/s
-// over 132 SMs, measured on the H200), plus a fixed cost per task and per dependency.
-struct CostModel {
-  double bytes_per_us = 4.58e6 / 132;
-  double task_overhead_us = 0.5;
-  double dependency_latency_us = 1.0;
-  double task_us(double bytes) const { return task_overhead_us + bytes / bytes_per_us; }
-};
+// The context the planner's costs assume (the critical-path policy, the summary's critical path
+// and MB per SM); tasks' costs are the device cost model's (schedules/cost.hpp).
+inline constexpr uint32_t kPlanContext = 1024;
 
 struct Task {
   uint32_t op = 0, index = 0;  // index within its op
@@ -38,6 +33,9 @@ struct Task {
   uint32_t full_wait_count = 0;          // before
   uint32_t sm = 0;
 };
+
+// The bytes a task streams from memory at kPlanContext (schedules/cost.hpp).
+double task_bytes(const Task&);
 
 struct Counter {
   uint32_t op = 0, chunk = 0;

@@ -49,7 +49,7 @@ std::string summary(const Plan& p) {
   for (const Task& t : p.tasks) {
     waits.push_back(static_cast<uint32_t>(t.waits.size()));
     wait_total += t.waits.size();
-    mb_per_sm[t.sm] += t.spec.bytes / 1e6;
+    mb_per_sm[t.sm] += task_bytes(t) / 1e6;
   }
   for (uint32_t sm = 0; sm < s.sm_count; ++sm) per_sm.push_back(s.sm_offsets[sm + 1] - s.sm_offsets[sm]);
   double total_mb = 0;

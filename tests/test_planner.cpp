@@ -229,7 +229,7 @@ void check_plan(const Plan& p, uint32_t sms, Policy policy) {
 
 std::vector<double> bytes_per_sm(const Plan& p) {
   std::vector<double> b(p.schedule.sm_count, 0);
-  for (const auto& t : p.tasks) b[t.sm] += t.spec.bytes;
+  for (const auto& t : p.tasks) b[t.sm] += mk::planner::task_bytes(t);
   return b;
 }
 
@@ -307,7 +307,7 @@ TEST_CASE("planner: bytes per SM are balanced under both policies") {
     const double mean = std::accumulate(b.begin(), b.end(), 0.0) / b.size();
     const double max = *std::max_element(b.begin(), b.end());
     double largest = 0;
-    for (const auto& t : p.tasks) largest = std::max(largest, t.spec.bytes);
+    for (const auto& t : p.tasks) largest = std::max(largest, mk::planner::task_bytes(t));
     INFO(name, " at ", sms, " SMs, ", policy_name, ": max ", max, " bytes per SM, mean ", mean,
             ", largest task ", largest, ", critical path ", p.stats.critical_path_us, " us");
     // Within 2x of the mean; where a single task is already above that (a tiny model on 132

@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   app.add_option("--emit-yaml", emit_yaml, "with a checkpoint folder: also write the generated model as YAML (edit it to customise)");
   app.add_option("-o,--output", out_path, "schedule file to write")->required();
   app.add_option("--sms", sms, "SM count to plan for (the H200 has 132)")->capture_default_str()->check(CLI::Range(1, 4096));
-  app.add_option("--policy", policy, "SM assignment: round-robin, or critical-path (list scheduling by a bytes-moved cost model)")
+  app.add_option("--policy", policy, "SM assignment: round-robin, or critical-path (list scheduling by the cost model of schedules/cost.hpp)")
       ->capture_default_str()
       ->check(CLI::IsMember({"round-robin", "critical-path"}));
   app.add_option("--dot", dot_path, "also write the dependency graph as Graphviz DOT (render: dot -Tsvg FILE -o deps.svg)");

@@ -13,9 +13,6 @@ constexpr FieldSpec kFields[] = {
     {"kv_splits", FieldKind::number, false}, {"eps", FieldKind::number, false},
 };
 
-// The context length the cost model assumes for attention's KV reads.
-constexpr double kCostContext = 1024;
-
 struct Dims {
   uint32_t heads, kv_heads, head_dim, splits;
 };
@@ -105,7 +102,6 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t begin, uint32_t end)
   t.reads.push_back({pl.qkv, g0 * rep * hd, g1 * rep * hd});
   t.reads.push_back({pl.qkv, q_end + g0 * hd, q_end + g1 * hd});
   t.reads.push_back({pl.qkv, k_end + g0 * hd, k_end + g1 * hd});
-  t.bytes = (end - begin) * (2.0 * hd * 2 * (kCostContext / d.splits) + rep * hd * 4.0);
   set_payload(t.inst, schedule::Opcode::attention, pl);
   return t;
 }

@@ -30,7 +30,6 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t begin, uint32_t end)
   t.write = {op.out, uint64_t{begin} * pl.head_dim, uint64_t{end} * pl.head_dim};
   const uint64_t group = uint64_t{pl.kv_splits} * pl.rep * s[3];  // partials of one kv head
   t.reads.push_back({pl.in, begin / pl.rep * group, ((end - 1) / pl.rep + 1) * group});
-  t.bytes = (end - begin) * (pl.kv_splits * s[3] * 4.0 + pl.head_dim * 4.0);
   set_payload(t.inst, schedule::Opcode::attn_reduce, pl);
   return t;
 }

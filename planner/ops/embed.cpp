@@ -24,7 +24,6 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t begin, uint32_t end)
   pl.col_end = end;
   TaskSpec t;
   t.write = {op.out, begin, end};
-  t.bytes = (end - begin) * 6.0;
   set_payload(t.inst, schedule::Opcode::embed, pl);
   return t;
 }

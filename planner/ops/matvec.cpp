@@ -99,7 +99,6 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t begin, uint32_t end)
   t.write = {op.out, begin, end};
   t.reads.push_back({pl.in, 0, pl.cols});
   if (pl.residual != schedule::kNone) t.reads.push_back({pl.residual, begin, end});
-  t.bytes = double(end - begin) * pl.cols * 2 * (silu ? 2 : 1) + pl.cols * 4.0 + (end - begin) * 4.0;
   set_payload(t.inst, schedule::Opcode::matvec, pl);
   return t;
 }

@@ -17,7 +17,6 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t, uint32_t) {
   TaskSpec t;
   t.write = {op.out, 0, 1};
   t.reads.push_back({pl.in, 0, pl.count});
-  t.bytes = pl.count * 4.0;
   set_payload(t.inst, schedule::Opcode::sample, pl);
   return t;
 }
