@@ -17,3 +17,10 @@ tail -5 "$LOG/ncu-run.txt"
 ncu -i "$LOG/profile.ncu-rep" --page details > "$LOG/ncu-details.txt" 2>&1
 ncu -i "$LOG/profile.ncu-rep" --page source --csv --print-source sass > "$LOG/ncu-source.csv" 2>&1
 grep -E "Duration|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Local|Stall|Registers|Warp Cycles|Issue" "$LOG/ncu-details.txt" | head -60
+# The attention body's SASS (its own function: the kernel calls it out of line), for reading its
+# score and P·V loops; small source changes there moved Qwen3-4B at 8K by 10 % (bench/NOTES.md).
+if command -v cuobjdump >/dev/null; then
+  cuobjdump -sass "$BIN/mkbench" | awk '/Function : .*attention_body/{on=1} on{print} on&&/^\t\t\.\.\.\.\.\.\.\.\.\./{exit}' \
+    > "$LOG/attention_body.sass"
+  echo "attention body SASS: $(grep -c ';' "$LOG/attention_body.sass") instructions in $LOG/attention_body.sass"
+fi
