@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include "common/output_file.hpp"
-#include "schedules/ops/attention.hpp"
 #include "schedules/limits.hpp"
+#include "schedules/ops/attention.hpp"
 
 namespace mk::device {
 namespace {
@@ -236,8 +236,7 @@ bool cuda_available() { return false; }
 void check_cuda_limits(const schedule::Schedule& s) {
   for (const schedule::Instruction& inst : s.instructions) {
     if (inst.opcode != static_cast<uint16_t>(schedule::Opcode::attention)) continue;
-    schedule::AttentionPayload a;
-    std::memcpy(&a, inst.payload, sizeof a);
+    const auto& a = schedule::payload_as<schedule::AttentionPayload>(inst);
     const uint32_t group = a.heads / a.kv_heads;
     if (group > schedule::kMaxGroup || a.head_dim > schedule::kMaxHeadDim)
       throw std::runtime_error("the CUDA interpreter's attention takes at most " + std::to_string(schedule::kMaxGroup) +

@@ -352,9 +352,8 @@ const CheckpointTensor* Checkpoint::find(const std::string& key) const {
 std::vector<float> Checkpoint::to_float(const std::string& key) const {
   const CheckpointTensor* t = find(key);
   if (!t) fail(root_, "missing key '", key, "'");
-  // Before open() has filled stored_*, the tensor is as stored.
-  const std::string& dtype = t->stored_dtype.empty() ? t->dtype : t->stored_dtype;
-  const std::span<const uint8_t> bytes = t->stored_dtype.empty() ? t->bytes : t->stored_bytes;
+  const std::string& dtype = t->stored_dtype;  // open() fills it before it converts anything
+  const std::span<const uint8_t> bytes = t->stored_bytes;
   const uint8_t* p = bytes.data();
   std::vector<float> out;
   if (dtype == "BF16" || dtype == "F16") {

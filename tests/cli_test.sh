@@ -742,8 +742,6 @@ check_checkpoint_refusals() {
   finish "mkrun --max-context 1000000000: says how much memory it needs instead of std::bad_alloc"
 }
 
-# --- main ----------------------------------------------------------------------------------------
-
 # --- checkpoint folders planned from config.json -------------------------------------------------
 
 # write_qwen2 DIR [EXTRA]: a tiny Qwen2 config.json (q/k/v biases, 6 q heads per kv head).
@@ -840,6 +838,8 @@ JSON
   clean_error mkrun "sliding_window is 6 and this run needs a context of 7"
   finish "mkrun s.bin DIR refuses a config.json that differs from the planned eps, rope, vocab or tie, naming both; a context past Mistral's window"
 }
+
+# --- main ----------------------------------------------------------------------------------------
 
 check_help
 check_plan

@@ -266,4 +266,15 @@ std::vector<float> ReferenceModel::step(int token) {
   return ref::matvec(head, cfg_.vocab, hidden, final_x);
 }
 
+double rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  if (got.size() != ref.size()) return INFINITY;
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = double(got[i]) - double(ref[i]);
+    diff += d * d;
+    norm += double(ref[i]) * double(ref[i]);
+  }
+  return std::sqrt(diff / norm);
+}
+
 }  // namespace mk::test

@@ -89,4 +89,8 @@ class ReferenceModel {
   std::vector<Layer> layers_;
 };
 
+// The relative L2 error of logits against the reference's: |got - ref| / |ref| in double;
+// infinity when the lengths differ.
+double rel_error(const std::vector<float>& got, const std::vector<float>& ref);
+
 }  // namespace mk::test

@@ -73,16 +73,6 @@ struct Fixture {
   uint32_t vocab() const { return static_cast<uint32_t>(schedule.tensors[schedule.logits_tensor].elements()); }
 };
 
-double rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = double(got[i]) - double(ref[i]);
-    diff += d * d;
-    norm += double(ref[i]) * double(ref[i]);
-  }
-  return got.size() == ref.size() ? std::sqrt(diff / norm) : INFINITY;
-}
-
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return INFINITY;
   double m = 0;
@@ -153,7 +143,7 @@ void compare_with_reference(const Fixture& f, const std::vector<int32_t>& prompt
     const std::vector<float>& got = r.logits[pos];
     REQUIRE(got.size() == want.size());
     CHECK(all_finite(got));
-    const double err = rel_error(got, want);
+    const double err = mk::test::rel_error(got, want);
     CAPTURE(err);
     CHECK(err < tol);
     if (pos + 1 >= prompt.size()) {
@@ -282,7 +272,7 @@ TEST_CASE("emulator: shuffled orders give the deterministic run's logits") {
     double worst = 0;
     for (size_t step = 0; step < r.logits.size(); ++step) {
       CHECK(all_finite(r.logits[step]));
-      worst = std::max(worst, rel_error(r.logits[step], base.logits[step]));
+      worst = std::max(worst, mk::test::rel_error(r.logits[step], base.logits[step]));
     }
     CAPTURE(worst);
     CHECK(worst < 1e-5);
@@ -394,7 +384,7 @@ TEST_CASE("emulator: counters carry over steps through generations") {
     const std::vector<float> want = ref.step(tokens[pos]);
     const std::vector<float> got = mem.floats(s.logits_tensor);
     CHECK(all_finite(got));
-    CHECK(rel_error(got, want) < 1e-4);
+    CHECK(mk::test::rel_error(got, want) < 1e-4);
     CHECK(mem.token(s) == argmax(want));
   }
   // Counters now stand at 3 x target: generation 5 cannot be reached in one step.
@@ -404,7 +394,7 @@ TEST_CASE("emulator: counters carry over steps through generations") {
   emu.reset_counters();
   emu.run_step(mk::test::step_context(3, static_cast<uint32_t>(next), max_context, 1), mem.table());
   const std::vector<float> want = ref.step(next);
-  CHECK(rel_error(mem.floats(s.logits_tensor), want) < 1e-4);
+  CHECK(mk::test::rel_error(mem.floats(s.logits_tensor), want) < 1e-4);
   CHECK(mem.token(s) == argmax(want));
 }
 

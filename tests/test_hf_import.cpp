@@ -64,16 +64,6 @@ std::string plan_error(const std::string& yaml, uint32_t sms = 16) {
   return "";
 }
 
-double rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = double(got[i]) - double(ref[i]);
-    diff += d * d;
-    norm += double(ref[i]) * double(ref[i]);
-  }
-  return got.size() == ref.size() ? std::sqrt(diff / norm) : INFINITY;
-}
-
 // Llama-3.2-1B's config.json as published on the Hub.
 const std::string kLlama32_1B = R"({
   "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 128000,
@@ -171,7 +161,7 @@ void check_family(const std::string& json, uint32_t sms, uint64_t seed) {
   for (uint32_t pos = 0; pos < r.steps; ++pos) {
     CAPTURE(pos);
     const std::vector<float> want = ref.step(fed[pos]);
-    const double err = rel_error(r.logits[pos], want);
+    const double err = mk::test::rel_error(r.logits[pos], want);
     CAPTURE(err);
     CHECK(err < 1e-4);
   }
@@ -477,6 +467,6 @@ TEST_CASE("hf import: F32 and F16 checkpoints run as their bf16 conversion does"
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     CAPTURE(i);
-    CHECK(rel_error(got[i], want[i]) < 1e-5);
+    CHECK(mk::test::rel_error(got[i], want[i]) < 1e-5);
   }
 }

@@ -4,7 +4,6 @@
 // and tensors; a mismatch would give wrong logits without a word, so it is refused, naming both.
 #pragma once
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <sstream>
@@ -29,13 +28,10 @@ inline PlannedConfig planned_config(const schedule::Schedule& s) {
   PlannedConfig p;
   for (const schedule::Instruction& inst : s.instructions) {
     if (inst.opcode == static_cast<uint16_t>(schedule::Opcode::matvec) && !p.eps) {
-      schedule::MatvecPayload m;
-      std::memcpy(&m, inst.payload, sizeof m);
+      const auto& m = schedule::payload_as<schedule::MatvecPayload>(inst);
       if (m.norm != schedule::kNone) p.eps = m.eps;
     } else if (inst.opcode == static_cast<uint16_t>(schedule::Opcode::attention) && !p.attention) {
-      schedule::AttentionPayload a;
-      std::memcpy(&a, inst.payload, sizeof a);
-      p.attention = a;
+      p.attention = schedule::payload_as<schedule::AttentionPayload>(inst);
     }
   }
   p.vocab = s.tensors[s.logits_tensor].elements();
