@@ -57,8 +57,9 @@ class Backend {
 };
 
 // What the CUDA attention kernel (device/ops/attention.cuh) was built for: at most
-// schedule::kMaxGroup q heads per kv head and head_dim at most schedule::kMaxHeadDim (q heads
-// and the output pairs are held in registers sized by them). A schedule past them plans and runs
+// schedule::kMaxGroup q heads per kv head and head_dim a multiple of 16 up to
+// schedule::kMaxHeadDim (the tensor cores take q as 2 x kMaxGroup rows and 16 dimensions per
+// step; the output is held in registers sized by the head). A schedule past them plans and runs
 // on the emulator; the CUDA backend refuses it with this message (std::runtime_error).
 void check_cuda_limits(const schedule::Schedule&);
 

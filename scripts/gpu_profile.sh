@@ -1,26 +1,29 @@
 #!/usr/bin/env bash
-# Nsight Compute on one decode step of Llama-3.2-1B (context 512): where the interpreter's time
-# goes (memory traffic, local-memory spills, warp stalls by source line). Usage on the GPU
-# machine: scripts/gpu_profile.sh [BIN] [LOG]; writes LOG/ncu-*.txt and LOG/profile.ncu-rep.
+# Nsight Compute on one decode step (default Llama-3.2-1B at context 512; MODEL=qwen3-4b
+# CONTEXT=8192 for another): where the interpreter's time goes (memory traffic, local-memory
+# spills, warp stalls by source line). Usage on the GPU machine: scripts/gpu_profile.sh [BIN]
+# [LOG]; writes LOG/ncu-*.txt and LOG/profile.ncu-rep.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-out/gpu-bin}
 LOG=${2:-${OUT:-out/profile}}
+MODEL=${MODEL:-llama-3.2-1b}
+CONTEXT=${CONTEXT:-512}
 mkdir -p "$LOG" /tmp/mk-prof
-sms=$(python3 -c "import torch; print(torch.cuda.get_device_properties(0).multi_processor_count)")
-"$BIN/mkplan" examples/llama-3.2-1b.yaml -o /tmp/mk-prof/1b.bin --sms "$sms" -q
+sms=$(nvidia-smi --query-gpu=name --format=csv,noheader >/dev/null 2>&1 && python3 -c "import torch; print(torch.cuda.get_device_properties(0).multi_processor_count)" 2>/dev/null || echo 132)
+"$BIN/mkplan" "examples/$MODEL.yaml" -o /tmp/mk-prof/plan.bin --sms "$sms" -q
 ncu --clock-control none --launch-skip 4 --launch-count 1 -k regex:interpreter_kernel \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SourceCounters \
   --section LaunchStats --section Occupancy --import-source yes -o "$LOG/profile" -f \
-  "$BIN/mkbench" /tmp/mk-prof/1b.bin --context 512 --reps 3 > "$LOG/ncu-run.txt" 2>&1
+  "$BIN/mkbench" /tmp/mk-prof/plan.bin --context "$CONTEXT" --reps 3 > "$LOG/ncu-run.txt" 2>&1
 tail -5 "$LOG/ncu-run.txt"
 ncu -i "$LOG/profile.ncu-rep" --page details > "$LOG/ncu-details.txt" 2>&1
 ncu -i "$LOG/profile.ncu-rep" --page source --csv --print-source sass > "$LOG/ncu-source.csv" 2>&1
 grep -E "Duration|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Local|Stall|Registers|Warp Cycles|Issue" "$LOG/ncu-details.txt" | head -60
-# The attention body's SASS (its own function: the kernel calls it out of line), for reading its
-# score and P·V loops; small source changes there moved Qwen3-4B at 8K by 10 % (bench/NOTES.md).
+# The attention body's SASS (its own functions: the kernel calls them out of line), for reading
+# its tensor-core loop beside the per-instruction stall counts of ncu-source.csv.
 if command -v cuobjdump >/dev/null; then
-  cuobjdump -sass "$BIN/mkbench" | awk '/Function : .*attention_body/{on=1} on{print} on&&/^\t\t\.\.\.\.\.\.\.\.\.\./{exit}' \
+  cuobjdump -sass "$BIN/mkbench" | awk '/Function : .*attention_body/{on=1} on{print} on&&/^\t\t\.\.\.\.\.\.\.\.\.\./{on=0}' \
     > "$LOG/attention_body.sass"
   echo "attention body SASS: $(grep -c ';' "$LOG/attention_body.sass") instructions in $LOG/attention_body.sass"
 fi

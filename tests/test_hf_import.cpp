@@ -382,7 +382,7 @@ TEST_CASE("planner: any number of q heads per kv head, head_dim up to 256") {
         std::string::npos);
 }
 
-TEST_CASE("CUDA backend limits: more than 8 q heads per kv head or head_dim above 128 are refused before any allocation") {
+TEST_CASE("CUDA backend limits: more than 8 q heads per kv head, head_dim above 128 or not a multiple of 16 are refused before any allocation") {
   auto schedule_of = [](int heads, int kv, int hd) {
     return plan_of(mk::dsl::parse_string(tiny_yaml(", bias: [bq, bk, bv]", "", "", heads, kv, hd), "m.yaml"), 8).schedule;
   };
@@ -390,7 +390,8 @@ TEST_CASE("CUDA backend limits: more than 8 q heads per kv head or head_dim abov
     CHECK_NOTHROW(mk::device::check_cuda_limits(schedule_of(heads, kv, hd)));
   CHECK_THROWS_WITH(mk::device::check_cuda_limits(schedule_of(9, 1, 32)),
                     doctest::Contains("this schedule has 9 heads over 1 kv heads (9 per kv head), head_dim 32 (run it with --backend emulator)"));
-  CHECK_THROWS_WITH(mk::device::check_cuda_limits(schedule_of(2, 1, 256)), doctest::Contains("head_dim at most 128"));
+  CHECK_THROWS_WITH(mk::device::check_cuda_limits(schedule_of(2, 1, 256)), doctest::Contains("a multiple of 16, at most 128"));
+  CHECK_THROWS_WITH(mk::device::check_cuda_limits(schedule_of(2, 1, 40)), doctest::Contains("head_dim 40"));
 }
 
 namespace {

@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
   __shared__ uint32_t quiet;  // WeightRing::quiet
   const uint32_t share = max(1u, kWarps / p.ring_stages);
   if (threadIdx.x == 0) {
-    for (uint32_t s = 0; s < p.ring_stages; ++s) mbar_init(full + s, 1), mbar_init(empty + s, share);
+    for (uint32_t s = 0; s < p.ring_stages; ++s) mbar_init(full + s, 1), mbar_init(empty + s, kWarps);
     mbar_fence_init();
     quiet = 0;
   }

@@ -1,8 +1,8 @@
 // The weight ring: `count` shared-memory stages of kStageBytes, each with a "full" mbarrier
-// (the bulk copy landed) and an "empty" one (its consumer warp is done). Weights never depend
-// on activations, so the producer warp streams the tiles of the SM's upcoming instructions
-// while the compute warps still wait for their counters. Tile k of the launch uses stage
-// k % count, and compute warps s, s + count, ... (`share` of them) consume stage s.
+// (the bulk copy landed) and an "empty" one (its consumers are done: kWarps arrivals per tile,
+// however an op divides its tiles among the warps). Weights never depend on activations, so the
+// producer warp streams the tiles of the SM's upcoming instructions while the compute warps
+// still wait for their counters. Tile k of the launch uses stage k % count.
 #pragma once
 #include <cstdint>
 
@@ -33,7 +33,7 @@ struct WeightRing {
   uint32_t count;
   uint64_t* full;
   uint64_t* empty;
-  uint32_t share;      // warps consuming each stage (each takes a slice of the tile's columns)
+  uint32_t share;      // matvec: warps s, s + count, ... (`share` of them) consume stage s
   uint32_t next_tile;  // the launch's tile counter, advanced alike by every compute thread
   // Set by an op once it has consumed its tiles, cleared after its signal: the producer issues
   // nothing in between, because the signal's release waits for this SM's loads in flight.
@@ -58,6 +58,11 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
+// `count` arrivals at once (a warp that stands for several consumers).
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
 __device__ __forceinline__ void mbar_expect_bytes(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
@@ -77,6 +82,15 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   }
 }
 
+// Records, in an instruction's trace record (if any), the time its op body reaches phase k (0 or 1).
+__device__ __forceinline__ void trace_mark(uint64_t* trace, uint32_t k) {
+  if (trace && threadIdx.x == 0) {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    trace[3 + k] = t;
+  }
+}
+
 // What an op body gets besides its payload: scratch shared memory and the weight ring.
 struct BlockContext {
   unsigned char* scratch;
@@ -84,13 +98,7 @@ struct BlockContext {
   uint64_t* trace;  // this instruction's trace record, or nullptr
 
   // Records the time an op body reaches phase k (0 or 1) of its own, when tracing.
-  __device__ void mark(uint32_t k) const {
-    if (trace && threadIdx.x == 0) {
-      uint64_t t;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-      trace[3 + k] = t;
-    }
-  }
+  __device__ void mark(uint32_t k) const { trace_mark(trace, k); }
 };
 
 // Global -> shared through the bulk-copy engine, completing on `bar`.

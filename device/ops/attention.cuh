@@ -3,15 +3,17 @@
 #include "device/cuda/block.cuh"
 #include "device/cuda/ring.cuh"
 #include "device/memory.hpp"
+#include "device/ops/attention_layout.hpp"
 #include "device/rope.hpp"
 #include "schedules/ops/attention.hpp"
 
 namespace mk::device {
 
 // The KV cache of earlier positions does not depend on this step, so it streams through the
-// weight ring like weights, ahead of the waits: a tile holds kAttnTilePositions(hd) positions
-// of k (first half of the stage) and of v (second half). The current position comes from qkv.
-__device__ __host__ inline uint32_t attention_tile_positions(uint32_t hd) { return kStageBytes / 4 / hd; }
+// weight ring like weights, ahead of the waits: a tile holds attention_tile_positions(hd)
+// positions of k (first half of the stage) and of v (second half), a multiple of the 16
+// positions of one tensor-core step. The current position comes from qkv.
+__device__ __host__ inline uint32_t attention_tile_positions(uint32_t hd) { return kStageBytes / 4 / hd / 16 * 16; }
 
 // Positions [begin, end) of split s at this step (the current position excluded).
 struct AttentionSplit {
@@ -52,13 +54,22 @@ __device__ inline AttentionTiles gpu_tiles(const schedule::AttentionPayload& p, 
           ctx.pos, ctx.max_context, p.head_dim, attention_tile_positions(p.head_dim)};
 }
 
-// Shared memory: cos/sin, q heads, current k and v (f32 and bf16), scores [rep][tile], and the
-// softmax state m, l and the rescale factor per q head.
-inline constexpr uint32_t kAttnBatchTiles = 4;  // ring tiles taken per softmax update
+// Shared memory: q as the tensor cores take it (16 rows of bf16), cos/sin, q, k and v in f32,
+// the current k and v in bf16, then each attending warp's output, max and sum per head (and the
+// current position's score as one more slot).
+namespace detail {
+inline constexpr uint32_t kQRows = 16;  // rows 0-7: q in bf16 (hi), rows 8-15: what bf16 left (lo)
+__device__ __host__ inline uint32_t q_stride(uint32_t hd) { return hd + 8; }  // bf16; odd 16-byte chunks: no bank conflicts
+// Warps that attend to cached positions (the others only release the tiles): eight keep up with
+// the stream (a 16-position block costs a warp well under the 0.23 us the stream takes to bring
+// it at one SM's share) and bound the shared memory their outputs need for the merge.
+inline constexpr uint32_t kAttnWarps = 8;
+}  // namespace detail
 
 inline uint32_t gpu_shared_bytes(const schedule::AttentionPayload& p) {
   const uint32_t hd = p.head_dim, rep = p.heads / p.kv_heads;
-  return (hd + rep * hd + 2 * hd + hd + rep * kAttnBatchTiles * attention_tile_positions(hd) + 3 * rep) * 4 + 64;
+  return detail::kQRows * detail::q_stride(hd) * 2 +
+         (hd + rep * hd + 2 * hd + hd + detail::kAttnWarps * rep * hd + 2 * (detail::kAttnWarps + 1) * rep) * 4;
 }
 
 namespace detail {
@@ -72,174 +83,153 @@ __device__ inline void warp_rms_norm(float* v, const uint16_t* w, uint32_t n, fl
   for (uint32_t i = threadIdx.x % 32; i < n; i += 32) v[i] = v[i] * inv * bf16_to_f32(w[i]);
 }
 
-inline constexpr uint32_t kMaxPairsPerThread = (schedule::kMaxGroup * schedule::kMaxHeadDim / 2 + kThreads - 1) / kThreads;
+// Four 8x8 bf16 matrices from shared memory, lane l giving a row address of matrix l / 8;
+// register k gets matrix k, lane l holding its row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1
+// (transposed: rows 2 (l % 4) and 2 (l % 4) + 1 of column l / 4).
+__device__ __forceinline__ void load_matrices(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void load_matrices_transposed(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
 
-// Online softmax over the rep q heads of one kv group, a block of positions at a time: scores
-// (a warp per position, lanes across the head), then per head the running max and sum (a warp
-// per head), then the outputs (a thread per pair of output elements, kept in registers).
-struct GroupSoftmax {
-  const float* q;  // [rep][hd], normed and roped
-  float* score;    // [rep][kAttnBatchTiles * per]
-  float* m;        // [rep] running max, then [rep] sum, then [rep] rescale factor
-  uint32_t rep, hd, per;
-  float scale;
-  float acc[kMaxPairsPerThread][2];
+// d += a b on the tensor cores: a 16x16 (row major), b 16x8 (column major), bf16 in, f32 sums.
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// x0, x1 as a pair of bf16 (x0 in the low half) and what that rounding left, as another pair:
+// hi + lo holds each value to about 16 bits, so the tensor cores lose little against f32.
+__device__ __forceinline__ void split_bf16(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(hi) : "f"(x1), "f"(x0));
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(x1 - bf16_hi(hi)), "f"(x0 - bf16_lo(hi)));
+}
+
+// Zeroes the bf16 halves of a fragment register whose rows (positions first, first + 1) are
+// at or past `valid`: the stage holds stale bytes there, which could be NaN.
+__device__ __forceinline__ uint32_t keep_rows(uint32_t r, uint32_t first, uint32_t valid) {
+  return first + 1 < valid ? r : first < valid ? r & 0xffffu : 0u;
+}
+
+// One warp's online softmax over some of a kv group's positions, 16 at a time, on the tensor
+// cores. The scores are Q K^T with Q = 16 rows of bf16 (row r the hi part of q head r, row 8 + r
+// its lo part, q pre-scaled into the log2 domain): lane l holds head g = l / 4 (rows g and g + 8)
+// and positions 2 (l % 4), + 1, + 8, + 9 of the 16. Then P V with P split the same way (rows g
+// and g + 8: hi and lo of head g's weights): acc[t] holds columns 8 t + 2 (l % 4), + 1 of rows g
+// and g + 8, whose sum is head g's output. NT: column tiles of 8 at most (head_dim <= 8 NT).
+template <uint32_t NT>
+struct WarpAttention {
+  float acc[NT][4];
+  float m, l;  // head g's running max (log2 domain) and this lane's share of its sum
 
   __device__ void reset() {
 #pragma unroll
-    for (uint32_t k = 0; k < kMaxPairsPerThread; ++k) acc[k][0] = acc[k][1] = 0;
-    for (uint32_t r = threadIdx.x; r < rep; r += kThreads) m[r] = -INFINITY, m[rep + r] = 0;
+    for (uint32_t t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0;
+    m = -INFINITY, l = 0;
   }
 
-  // A batch of up to kAttnBatchTiles blocks of positions: block b has n[b] k and v rows (bf16
-  // [n][hd]) at k[b], v[b]; one softmax update for the batch. Every compute thread calls this.
-  __device__ void add(const uint16_t* const* k, const uint16_t* const* v, const uint32_t* n, uint32_t blocks) {
-    const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    if (hd % 16 == 0 && hd <= 512 && ((hd / 16) & (hd / 16 - 1)) == 0) {
-    // Scores: a position per group of hd/16 lanes, each lane 16 elements of k (4 x 8 bytes),
-    // q of up to four heads in registers; a few shuffles reduce each dot product.
-    const uint32_t group = hd / 16, groups = 32 / group, sub = lane % group, slot = lane / group;
-    for (uint32_t r0 = 0; r0 < rep; r0 += 4) {
-      float qr[4][16];
+  // Positions pos0 .. pos0 + valid - 1 (valid <= 16), k and v rows at shared addresses k, v
+  // (the cache's layout: kv_index), q at shared address q (rows of q_stride(hd) bf16).
+  __device__ void add(uint32_t q, uint32_t k, uint32_t v, uint32_t pos0, uint32_t valid, uint32_t hd) {
+    const uint32_t lane = threadIdx.x % 32, quad = lane % 4, mat = lane / 8, row = lane % 8;
+    // Scores. A (q): matrices (rows 0-7, chunk 2s), (8-15, 2s), (0-7, 2s + 1), (8-15, 2s + 1);
+    // B (k, a row per position): (positions 0-7, chunk 2s), (0-7, 2s + 1), (8-15, 2s), (8-15, 2s + 1).
+    const uint32_t qrow = q + (row + (mat & 1) * 8) * q_stride(hd) * 2 + (mat / 2) * 16;
+    const uint32_t kpos = row + (mat / 2) * 8, kswz = kv_chunk_swizzle(pos0 + kpos, hd);
+    const uint32_t krow = k + kpos * hd * 2;
+    float s0[4] = {0, 0, 0, 0}, s1[4] = {0, 0, 0, 0};
 #pragma unroll
-      for (uint32_t r = 0; r < 4; ++r)
-#pragma unroll
-        for (uint32_t j = 0; j < 4; ++j) {
-          const float4 v4 = r0 + r < rep ? *reinterpret_cast<const float4*>(q + (r0 + r) * hd + sub * 4 + j * 4 * group)
-                                         : make_float4(0, 0, 0, 0);
-          qr[r][4 * j] = v4.x, qr[r][4 * j + 1] = v4.y, qr[r][4 * j + 2] = v4.z, qr[r][4 * j + 3] = v4.w;
-        }
-      uint32_t total = 0;
-      for (uint32_t b = 0; b < blocks; ++b) {
-        for (uint32_t base = warp * groups; base < n[b]; base += kWarps * groups) {
-          const uint32_t pos = base + slot;
-          float dot[4] = {0, 0, 0, 0};
-          if (pos < n[b]) {
-            const uint16_t* row = k[b] + pos * hd + sub * 4;
-#pragma unroll
-            for (uint32_t j = 0; j < 4; ++j) {
-              const uint2 kk = *reinterpret_cast<const uint2*>(row + j * 4 * group);
-              const float k0 = bf16_lo(kk.x), k1 = bf16_hi(kk.x), k2 = bf16_lo(kk.y), k3 = bf16_hi(kk.y);
-#pragma unroll
-              for (uint32_t r = 0; r < 4; ++r)
-                dot[r] = fmaf(k0, qr[r][4 * j], fmaf(k1, qr[r][4 * j + 1], fmaf(k2, qr[r][4 * j + 2], fmaf(k3, qr[r][4 * j + 3], dot[r]))));
-            }
-          }
-#pragma unroll
-          for (uint32_t r = 0; r < 4; ++r)
-            for (uint32_t o = group / 2; o > 0; o >>= 1) dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], o);
-          if (sub == 0 && pos < n[b])
-#pragma unroll
-            for (uint32_t r = 0; r < 4; ++r)
-              if (r0 + r < rep) score[(r0 + r) * kAttnBatchTiles * per + total + pos] = dot[r] * scale;
-        }
-        total += n[b];
-      }
+    for (uint32_t s = 0; s < NT / 2; ++s) {
+      if (s >= hd / 16) break;
+      uint32_t a[4], b[4];
+      load_matrices(qrow + s * 32, a);
+      load_matrices(krow + (((2 * s + (mat & 1)) ^ kswz) * 16), b);
+      mma(s0, a, b[0], b[1]);
+      mma(s1, a, b[2], b[3]);
     }
-    } else {  // other head sizes: a warp per position, lanes across the head
-      uint32_t total = 0;
-      for (uint32_t b = 0; b < blocks; ++b) {
-        for (uint32_t pos = warp; pos < n[b]; pos += kWarps) {
-          const uint32_t* row = reinterpret_cast<const uint32_t*>(k[b] + pos * hd);
-          for (uint32_t r = 0; r < rep; ++r) {
-            const float2* qr = reinterpret_cast<const float2*>(q + r * hd);
-            float dot = 0;
-            for (uint32_t e = lane; e < hd / 2; e += 32) {
-              const uint32_t kk = row[e];
-              const float2 qq = qr[e];
-              dot = fmaf(bf16_lo(kk), qq.x, fmaf(bf16_hi(kk), qq.y, dot));
-            }
-            dot = warp_sum(dot);
-            if (lane == 0) score[r * kAttnBatchTiles * per + total + pos] = dot * scale;
-          }
-        }
-        total += n[b];
-      }
+    float sc[4] = {s0[0] + s0[2], s0[1] + s0[3], s1[0] + s1[2], s1[1] + s1[3]};
+    if (valid < 16) {
+      if (2 * quad >= valid) sc[0] = -INFINITY;
+      if (2 * quad + 1 >= valid) sc[1] = -INFINITY;
+      if (2 * quad + 8 >= valid) sc[2] = -INFINITY;
+      if (2 * quad + 9 >= valid) sc[3] = -INFINITY;
     }
-    uint32_t total = 0;
-    for (uint32_t b = 0; b < blocks; ++b) total += n[b];
-    block_sync();
-    const uint32_t row_stride = kAttnBatchTiles * per;
-    if (warp < rep) {  // warp r: the running max and sum of head r
-      const uint32_t r = warp;
-      float mx = -INFINITY;
-      for (uint32_t i = lane; i < total; i += 32) mx = fmaxf(mx, score[r * row_stride + i]);
+    // Online softmax: the head's max over the quad, the rescale only when some max moved.
+    float mx = fmaxf(fmaxf(sc[0], sc[1]), fmaxf(sc[2], sc[3]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m, mx);  // finite: position pos0 is valid
+    const float c = exp2f(m - m_new);   // 0 on the first block (m = -inf)
+    float pr[4];
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float m_old = m[r], m_new = fmaxf(m_old, mx);
-      float sum = 0;
-      for (uint32_t i = lane; i < total; i += 32) {
-        const float e = expf(score[r * row_stride + i] - m_new);
-        score[r * row_stride + i] = e;
-        sum += e;
-      }
-      sum = warp_sum(sum);
-      __syncwarp();  // every lane has read m[r] before lane 0 writes it
-      if (lane == 0) {
-        const float c = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
-        m[r] = m_new;
-        m[rep + r] = m[rep + r] * c + sum;
-        m[2 * rep + r] = c;
-      }
-    }
-    block_sync();
-    const uint32_t pairs = rep * hd / 2;
+    for (uint32_t i = 0; i < 4; ++i) pr[i] = exp2f(sc[i] - m_new);
+    l = l * c + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
+    m = m_new;
+    if (__any_sync(0xffffffffu, c != 1.0f)) {
 #pragma unroll
-    for (uint32_t k2 = 0; k2 < kMaxPairsPerThread; ++k2) {
-      const uint32_t o = threadIdx.x + k2 * kThreads;
-      if (o >= pairs) break;
-      const uint32_t r = o / (hd / 2), e = o % (hd / 2);
-      const float* pr = score + r * row_stride;
-      float a0 = acc[k2][0] * m[2 * rep + r], a1 = acc[k2][1] * m[2 * rep + r];
-      for (uint32_t b = 0; b < blocks; ++b) {
-        const uint32_t* vcol = reinterpret_cast<const uint32_t*>(v[b]) + e;
-        for (uint32_t i = 0; i < n[b]; ++i) {
-          const uint32_t vv = vcol[i * (hd / 2)];
-          a0 = fmaf(pr[i], bf16_lo(vv), a0);
-          a1 = fmaf(pr[i], bf16_hi(vv), a1);
-        }
-        pr += n[b];
-      }
-      acc[k2][0] = a0, acc[k2][1] = a1;
+      for (uint32_t t = 0; t < NT; ++t) acc[t][0] *= c, acc[t][1] *= c, acc[t][2] *= c, acc[t][3] *= c;
     }
-  }
-
-  // The partial: out[r] = (acc [hd], m, l), rows of hd + 2.
-  __device__ void write(float* out) const {
-    const uint32_t pairs = rep * hd / 2;
+    uint32_t p[4];  // A (weights): rows g (hi) and g + 8 (lo), positions 2 quad, + 1, then + 8, + 9
+    split_bf16(pr[0], pr[1], p[0], p[1]);
+    split_bf16(pr[2], pr[3], p[2], p[3]);
+    // B (v transposed): matrices (positions 0-7, chunk t), (8-15, t), (0-7, t + 1), (8-15, t + 1).
+    const uint32_t vpos = row + (mat & 1) * 8, vswz = kv_chunk_swizzle(pos0 + vpos, hd);
+    const uint32_t vrow = v + vpos * hd * 2;
 #pragma unroll
-    for (uint32_t k = 0; k < kMaxPairsPerThread; ++k) {
-      const uint32_t o = threadIdx.x + k * kThreads;
-      if (o >= pairs) break;
-      const uint32_t r = o / (hd / 2), e = o % (hd / 2);
-      out[r * (hd + 2) + 2 * e] = acc[k][0];
-      out[r * (hd + 2) + 2 * e + 1] = acc[k][1];
+    for (uint32_t t = 0; t < NT; t += 2) {
+      if (t >= hd / 8) break;
+      uint32_t b[4];
+      load_matrices_transposed(vrow + (((t + mat / 2) ^ vswz) * 16), b);
+      if (valid < 16) {
+        b[0] = keep_rows(b[0], 2 * quad, valid), b[2] = keep_rows(b[2], 2 * quad, valid);
+        b[1] = keep_rows(b[1], 2 * quad + 8, valid), b[3] = keep_rows(b[3], 2 * quad + 8, valid);
+      }
+      mma(acc[t], p, b[0], b[1]);
+      mma(acc[t + 1], p, b[2], b[3]);
     }
-    for (uint32_t r = threadIdx.x; r < rep; r += kThreads) out[r * (hd + 2) + hd] = m[r], out[r * (hd + 2) + hd + 1] = m[rep + r];
   }
 };
 
 // Out of line, and given nothing by reference that the interpreter keeps in registers: inlined,
 // its register pressure made every op spill; given the block context by reference, the ring's
 // fields moved to local memory for every op. Returns the ring's tile counter after its tiles.
+// Trace phases (last unit): set up, then the cached positions, then the merge and the signal.
+//
+// Per unit (a kv group's split): q, k and v loaded, normed and roped by the block; then the
+// split's tiles, each stage released by every compute warp, their 16-position blocks dealt to
+// the warps in turn, each warp keeping its own softmax state; then the warps' states merged in
+// shared memory with the current position (last split only), and the partial written.
+template <uint32_t NT>
 __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload& p, schedule::StepContext ctx,
-                                                TensorTable mem, unsigned char* scratch, WeightRing ring) {
+                                                TensorTable mem, unsigned char* scratch, WeightRing ring, uint64_t* trace) {
   const uint32_t hd = p.head_dim, half = hd / 2, rep = p.heads / p.kv_heads, S = p.kv_splits;
-  const uint32_t tid = threadIdx.x, warp = tid / 32, per = attention_tile_positions(hd);
-  float* cs = reinterpret_cast<float*>(scratch);  // cos [half], sin [half]
-  float* q = cs + hd;                             // [rep][hd]
+  const uint32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32, per = attention_tile_positions(hd);
+  constexpr uint32_t G = schedule::kMaxGroup, W = kAttnWarps;
+  uint16_t* qa = reinterpret_cast<uint16_t*>(scratch);  // [kQRows][q_stride(hd)]
+  float* cs = reinterpret_cast<float*>(qa + kQRows * q_stride(hd));  // cos [half], sin [half]
+  float* q = cs + hd;                                                  // [rep][hd]
   float* kcur = q + rep * hd;
   float* vcur = kcur + hd;
   uint16_t* kcur16 = reinterpret_cast<uint16_t*>(vcur + hd);  // the current k and v as stored
   uint16_t* vcur16 = kcur16 + hd;
-  float* score = reinterpret_cast<float*>(vcur16 + hd);  // [rep][kAttnBatchTiles * per]
-  float* state = score + rep * kAttnBatchTiles * per;    // [3][rep]
+  float* wo = reinterpret_cast<float*>(vcur16 + hd);  // [kAttnWarps][rep][hd]: each attending warp's output
+  float* wm = wo + kAttnWarps * rep * hd;               // [kAttnWarps + 1][rep]: its max (the current score last)
+  float* wl = wm + (kAttnWarps + 1) * rep;              // [kAttnWarps + 1][rep]: its sum
   for (uint32_t i = tid; i < half; i += kThreads) sincosf(rope_angle(p, i, ctx.pos), cs + half + i, cs + i);
   const float* qkv = mem.at<const float>(p.qkv);
   uint16_t* kc = mem.at<uint16_t>(p.k_cache);
   uint16_t* vc = mem.at<uint16_t>(p.v_cache);
   float* out = mem.at<float>(p.out);
-  GroupSoftmax sm{q, score, state, rep, hd, per, p.scale, {}};
+  const float qscale = p.scale * 1.4426950408889634f;  // scores in the log2 domain: exp2f
+  const uint32_t qa_addr = smem_addr(qa);
   uint32_t tile = ring.next_tile;
 
   for (uint32_t unit = p.unit_begin; unit < p.unit_end; ++unit) {
@@ -253,7 +243,6 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
                                                  : (p.heads + p.kv_heads + g) * hd + i - (rep + 1) * hd;
       q[i] = load_activation(qkv + from);
     }
-    sm.reset();
     block_sync();
     if (warp < rep && p.q_norm != schedule::kNone) warp_rms_norm(q + warp * hd, mem.at<const uint16_t>(p.q_norm), hd, p.norm_eps);
     if (warp == rep && p.k_norm != schedule::kNone) warp_rms_norm(kcur, mem.at<const uint16_t>(p.k_norm), hd, p.norm_eps);
@@ -272,42 +261,79 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
       kcur16[i] = kb;
       vcur16[i] = vb;
       if (last) {
-        kc[head_base + uint64_t{ctx.pos} * hd + i] = kb;
-        vc[head_base + uint64_t{ctx.pos} * hd + i] = vb;
+        kc[head_base + kv_index(ctx.pos, i, hd)] = kb;
+        vc[head_base + kv_index(ctx.pos, i, hd)] = vb;
       }
     }
+    for (uint32_t i = tid; i < G * half; i += kThreads) {  // q for the tensor cores
+      const uint32_t r = i / half, e = 2 * (i % half);
+      uint32_t hi = 0, lo = 0;
+      if (r < rep) split_bf16(q[r * hd + e] * qscale, q[r * hd + e + 1] * qscale, hi, lo);
+      *reinterpret_cast<uint32_t*>(qa + r * q_stride(hd) + e) = hi;
+      *reinterpret_cast<uint32_t*>(qa + (r + G) * q_stride(hd) + e) = lo;
+    }
     block_sync();
+    if (last && warp < rep) {  // the current position's score, from f32 q
+      float dot = 0;
+      for (uint32_t i = lane; i < hd; i += 32) dot = fmaf(q[warp * hd + i], bf16_to_f32(kcur16[i]), dot);
+      dot = warp_sum(dot);
+      if (lane == 0) wm[kAttnWarps * rep + warp] = dot * qscale, wl[kAttnWarps * rep + warp] = 1;
+    }
 
-    // The split's positions in batches of ring tiles, then (last split) the current position.
+    // The split's cached positions: every warp waits for every tile and releases it; the
+    // attending warps take the tile's blocks of 16 positions in turn (block b of the unit: warp
+    // b % W).
+    trace_mark(trace, 0);
     const AttentionSplit sp = attention_split(s, S, ctx.pos);
-    const uint32_t batch = min(kAttnBatchTiles, max(1u, ring.count / 2));
-    const uint16_t* kb[kAttnBatchTiles];
-    const uint16_t* vb[kAttnBatchTiles];
-    uint32_t nb[kAttnBatchTiles];
-    for (uint32_t first = sp.begin; first < sp.end;) {
-      uint32_t blocks = 0;
-      for (; blocks < batch && first < sp.end; ++blocks, first += per) {
-        const uint32_t stage = (tile + blocks) % ring.count;
-        mbar_wait(ring.full + stage, ((tile + blocks) / ring.count) & 1);
-        kb[blocks] = reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes);
-        vb[blocks] = kb[blocks] + kStageBytes / 4;
-        nb[blocks] = min(per, sp.end - first);
-      }
-      sm.add(kb, vb, nb, blocks);
-      block_sync();  // every thread is done with the stages
-      for (uint32_t b = 0; b < blocks; ++b, ++tile) {
-        const uint32_t stage = tile % ring.count;
-        if (warp % ring.count == stage && warp / ring.count < ring.share && tid % 32 == 0) mbar_arrive(ring.empty + stage);
-      }
+    WarpAttention<NT> wa;
+    wa.reset();
+    uint32_t block = 0;
+    for (uint32_t first = sp.begin; first < sp.end; first += per, ++tile) {
+      const uint32_t n = min(per, sp.end - first), blocks = (n + 15) / 16, stage = tile % ring.count;
+      mbar_wait(ring.full + stage, (tile / ring.count) & 1);
+      const uint32_t k = smem_addr(ring.stages + stage * kStageBytes), v = k + kStageBytes / 2;
+      if (warp < W)
+        for (uint32_t b = (warp + W - block % W) % W; b < blocks; b += W)
+          wa.add(qa_addr, k + b * 16 * hd * 2, v + b * 16 * hd * 2, first + b * 16, min(16u, n - b * 16), hd);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(ring.empty + stage);
+      block += blocks;
     }
-    if (last) {
-      const uint16_t* kc1[1] = {kcur16};
-      const uint16_t* vc1[1] = {vcur16};
-      const uint32_t one[1] = {1};
-      sm.add(kc1, vc1, one, 1);
+    trace_mark(trace, 1);
+
+    // Merge: each attending warp's output (hi and lo rows summed), max and sum, then per output
+    // element the warps rescaled to the block's max, plus the current position (last split).
+    const uint32_t head = lane / 4;
+    wa.l += __shfl_xor_sync(0xffffffffu, wa.l, 1);
+    wa.l += __shfl_xor_sync(0xffffffffu, wa.l, 2);
+    if (warp < W && head < rep) {
+      if (lane % 4 == 0) wm[warp * rep + head] = wa.m, wl[warp * rep + head] = wa.l;
+      float* oh = wo + (warp * rep + head) * hd + 2 * (lane % 4);
+#pragma unroll
+      for (uint32_t t = 0; t < NT; ++t) {
+        if (t >= hd / 8) break;
+        *reinterpret_cast<float2*>(oh + 8 * t) = make_float2(wa.acc[t][0] + wa.acc[t][2], wa.acc[t][1] + wa.acc[t][3]);
+      }
     }
     block_sync();
-    sm.write(out + (uint64_t{g} * S + s) * rep * (hd + 2));
+    // The partial: rows of hd + 2 per head, (output, max, sum), the max in the natural log.
+    float* part = out + (uint64_t{g} * S + s) * rep * (hd + 2);
+    const uint32_t slots = last ? W + 1 : W;
+    for (uint32_t i = tid; i < rep * hd; i += kThreads) {
+      const uint32_t r = i / hd, e = i % hd;
+      float M = -INFINITY;
+      for (uint32_t w = 0; w < slots; ++w) M = fmaxf(M, wm[w * rep + r]);
+      float acc = 0, sum = 0;
+      for (uint32_t w = 0; w < slots; ++w) {
+        const float m = wm[w * rep + r];
+        if (m == -INFINITY) continue;  // a warp that attended to nothing
+        const float f = exp2f(m - M);
+        acc += f * (w < W ? wo[(w * rep + r) * hd + e] : bf16_to_f32(vcur16[e]));
+        sum += f * wl[w * rep + r];
+      }
+      part[r * (hd + 2) + e] = acc;
+      if (e == 0) part[r * (hd + 2) + hd] = M * 0.6931471805599453f, part[r * (hd + 2) + hd + 1] = sum;
+    }
   }
   return tile;
 }
@@ -317,7 +343,10 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
 __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                BlockContext& bc) {
   const uint32_t before = bc.ring.next_tile;
-  bc.ring.next_tile = detail::attention_body(p, ctx, mem, bc.scratch, bc.ring);
+  // Register tiles sized to the head: one instance per width class.
+  bc.ring.next_tile = p.head_dim <= 32   ? detail::attention_body<4>(p, ctx, mem, bc.scratch, bc.ring, bc.trace)
+                      : p.head_dim <= 64 ? detail::attention_body<8>(p, ctx, mem, bc.scratch, bc.ring, bc.trace)
+                                         : detail::attention_body<16>(p, ctx, mem, bc.scratch, bc.ring, bc.trace);
   if (bc.ring.next_tile != before) bc.ring.hush();
 }
 

@@ -2,6 +2,7 @@
 #include <vector>
 
 #include "device/bf16.hpp"
+#include "device/ops/attention_layout.hpp"
 #include "device/ops/cpu_ops.hpp"
 #include "device/rope.hpp"
 
@@ -52,8 +53,8 @@ void cpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& c
     const uint64_t head_base = uint64_t{g} * ctx.max_context * hd;
     if (last)
       for (uint32_t i = 0; i < hd; ++i) {
-        kc[head_base + uint64_t{ctx.pos} * hd + i] = f32_to_bf16(k[i]);
-        vc[head_base + uint64_t{ctx.pos} * hd + i] = f32_to_bf16(v[i]);
+        kc[head_base + kv_index(ctx.pos, i, hd)] = f32_to_bf16(k[i]);
+        vc[head_base + kv_index(ctx.pos, i, hd)] = f32_to_bf16(v[i]);
       }
     const uint32_t begin = std::min(ctx.pos, s * chunk), end = std::min(ctx.pos, (s + 1) * chunk);
 
@@ -77,8 +78,8 @@ void cpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& c
       std::vector<float> key(hd), val(hd);
       for (uint32_t pos = begin; pos < end; ++pos) {
         for (uint32_t i = 0; i < hd; ++i) {
-          key[i] = bf16_to_f32(kc[head_base + uint64_t{pos} * hd + i]);
-          val[i] = bf16_to_f32(vc[head_base + uint64_t{pos} * hd + i]);
+          key[i] = bf16_to_f32(kc[head_base + kv_index(pos, i, hd)]);
+          val[i] = bf16_to_f32(vc[head_base + kv_index(pos, i, hd)]);
         }
         visit(key.data(), val.data());
       }

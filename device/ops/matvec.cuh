@@ -181,6 +181,7 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
   const uint32_t tiles = all.count(), count = ring.count, h = warp / count;
   if (h < ring.share) {
     const uint32_t stage = warp % count;
+    const uint32_t releases = kWarps / ring.share + (h < kWarps % ring.share);  // the stage's kWarps arrivals, shared out
     uint32_t j = (stage + count - ring.next_tile % count) % count;  // my first tile
     uint32_t parity = ((ring.next_tile + j) / count) & 1;
     for (; j < tiles; j += count, parity ^= 1) {
@@ -189,7 +190,7 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
       detail::consume_tile(t, reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes), xlo, xhi, h, ring.share,
                            acc);
       __syncwarp();
-      if (lane == 0) mbar_arrive(ring.empty + stage);
+      if (lane == 0) mbar_arrive(ring.empty + stage, releases);
     }
   }
   ring.next_tile += tiles;

@@ -9,12 +9,14 @@
 #include <cmath>
 #include <numbers>
 #include <random>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "tests/step_context.hpp"
+#include "device/ops/attention_layout.hpp"
 #include "device/ops/cpu_ops.hpp"
 #include "tests/op_fixture.hpp"
 
@@ -141,7 +143,16 @@ struct AttnCase {
     }
   }
 
-  size_t cache_index(uint32_t g, uint32_t t, uint32_t i) const { return (size_t{g} * s.max_context + t) * hd + i; }
+  // Element i of position t of kv head g, in the layout the device defines (kv_index).
+  size_t cache_index(uint32_t g, uint32_t t, uint32_t i) const {
+    return size_t{g} * s.max_context * hd + mk::device::kv_index(t, i, hd);
+  }
+  // Position t of kv head g, in order.
+  std::vector<float> cached(std::span<const uint16_t> cache, uint32_t g, uint32_t t) const {
+    std::vector<float> row(hd);
+    for (uint32_t i = 0; i < hd; ++i) row[i] = mk::device::bf16_to_f32(cache[cache_index(g, t, i)]);
+    return row;
+  }
   size_t out_index(uint32_t g, uint32_t split, uint32_t r) const {
     return ((size_t{g} * s.splits + split) * s.rep + r) * (hd + 2);
   }
@@ -217,8 +228,8 @@ void check_attention(AttnCase& c) {
     CHECK(v_bad == 0);
     CHECK(untouched_bad == 0);
     if (appends) {
-      k_cur[g] = from_bf16({kc.data() + c.cache_index(g, s.pos, 0), hd});
-      v_cur[g] = from_bf16({vc.data() + c.cache_index(g, s.pos, 0), hd});
+      k_cur[g] = c.cached(kc, g, s.pos);
+      v_cur[g] = c.cached(vc, g, s.pos);
     } else {
       for (uint32_t i = 0; i < hd; ++i) {
         k_cur[g].push_back(mk::device::round_bf16(float(k[i])));
@@ -249,8 +260,8 @@ void check_attention(AttnCase& c) {
         std::vector<double> scores;
         std::vector<std::vector<float>> keys_f, values_f;
         for (uint32_t t = begin; t < end; ++t) {
-          keys_f.push_back(from_bf16({c.k_cache0.data() + c.cache_index(g, t, 0), hd}));
-          values_f.push_back(from_bf16({c.v_cache0.data() + c.cache_index(g, t, 0), hd}));
+          keys_f.push_back(c.cached(c.k_cache0, g, t));
+          values_f.push_back(c.cached(c.v_cache0, g, t));
         }
         if (last) {
           keys_f.push_back(k_cur[g]);
