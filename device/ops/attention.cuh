@@ -124,9 +124,9 @@ __device__ __forceinline__ uint32_t keep_rows(uint32_t r, uint32_t first, uint32
 // its lo part, q pre-scaled into the log2 domain): lane l holds head g = l / 4 (rows g and g + 8)
 // and positions 2 (l % 4), + 1, + 8, + 9 of the 16. Then P V with P split the same way (rows g
 // and g + 8: hi and lo of head g's weights): acc[t] holds columns 8 t + 2 (l % 4), + 1 of rows g
-// and g + 8, whose sum is head g's output. NT: column tiles of 8 at most (head_dim <= 8 NT).
-template <uint32_t NT>
+// and g + 8, whose sum is head g's output.
 struct WarpAttention {
+  static constexpr uint32_t NT = schedule::kMaxHeadDim / 8;  // column tiles of 8 (a smaller head uses the first)
   float acc[NT][4];
   float m, l;  // head g's running max (log2 domain) and this lane's share of its sum
 
@@ -200,16 +200,17 @@ struct WarpAttention {
 
 // Out of line, and given nothing by reference that the interpreter keeps in registers: inlined,
 // its register pressure made every op spill; given the block context by reference, the ring's
-// fields moved to local memory for every op. Returns the ring's tile counter after its tiles.
-// Trace phases (last unit): set up, then the cached positions, then the merge and the signal.
+// fields moved to local memory for every op. One instance, one call site and no more arguments:
+// each extra call site or argument cost the kernel's own loop registers (its spills rose from 40
+// to 60 bytes and every matvec slowed). Returns the ring's tile counter after its tiles.
 //
 // Per unit (a kv group's split): q, k and v loaded, normed and roped by the block; then the
 // split's tiles, each stage released by every compute warp, their 16-position blocks dealt to
 // the warps in turn, each warp keeping its own softmax state; then the warps' states merged in
 // shared memory with the current position (last split only), and the partial written.
-template <uint32_t NT>
 __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload& p, schedule::StepContext ctx,
-                                                TensorTable mem, unsigned char* scratch, WeightRing ring, uint64_t* trace) {
+                                                TensorTable mem, unsigned char* scratch, WeightRing ring) {
+
   const uint32_t hd = p.head_dim, half = hd / 2, rep = p.heads / p.kv_heads, S = p.kv_splits;
   const uint32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32, per = attention_tile_positions(hd);
   constexpr uint32_t G = schedule::kMaxGroup, W = kAttnWarps;
@@ -283,9 +284,9 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
     // The split's cached positions: every warp waits for every tile and releases it; the
     // attending warps take the tile's blocks of 16 positions in turn (block b of the unit: warp
     // b % W).
-    trace_mark(trace, 0);
     const AttentionSplit sp = attention_split(s, S, ctx.pos);
-    WarpAttention<NT> wa;
+    WarpAttention wa;
+    constexpr uint32_t NT = WarpAttention::NT;
     wa.reset();
     uint32_t block = 0;
     for (uint32_t first = sp.begin; first < sp.end; first += per, ++tile) {
@@ -299,7 +300,6 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
       if (lane == 0) mbar_arrive(ring.empty + stage);
       block += blocks;
     }
-    trace_mark(trace, 1);
 
     // Merge: each attending warp's output (hi and lo rows summed), max and sum, then per output
     // element the warps rescaled to the block's max, plus the current position (last split).
@@ -343,10 +343,7 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
 __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                BlockContext& bc) {
   const uint32_t before = bc.ring.next_tile;
-  // Register tiles sized to the head: one instance per width class.
-  bc.ring.next_tile = p.head_dim <= 32   ? detail::attention_body<4>(p, ctx, mem, bc.scratch, bc.ring, bc.trace)
-                      : p.head_dim <= 64 ? detail::attention_body<8>(p, ctx, mem, bc.scratch, bc.ring, bc.trace)
-                                         : detail::attention_body<16>(p, ctx, mem, bc.scratch, bc.ring, bc.trace);
+  bc.ring.next_tile = detail::attention_body(p, ctx, mem, bc.scratch, bc.ring);
   if (bc.ring.next_tile != before) bc.ring.hush();
 }
 
