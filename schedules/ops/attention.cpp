@@ -30,13 +30,15 @@ std::string check_payload(const AttentionPayload& p, const Schedule& s) {
   return {};
 }
 
-// Each unit: its q, k and v loaded, normed and roped, then its share of the context, bound by
-// compute per position (the cache streams ahead through the ring) unless the stream is slower.
-// Fitted to the traces of 2026-11-30: 6.4 us per unit at 33 positions, 34 us at 513.
+// Each unit: its q, k and v loaded, normed and roped, the warps' states merged at the end, and
+// between them its share of the cache, which streams through the ring (ahead of the waits) and
+// is consumed on the tensor cores faster than it arrives. Fitted to the traces of 2026-11-30
+// (commit 4c42f9a): 5.7 us per unit at 33 positions (head_dim 64), 17 us at 513 and 43 us at
+// 2049 (head_dim 128, 0.26 and 1.05 MB): the cache streams at about 0.88 of one SM's share.
 double cost_us(const AttentionPayload& p, const CostModel& m, uint32_t context) {
-  constexpr double kUnitUs = 2.0, kPositionUs = 0.06;
-  const double units = p.unit_end - p.unit_begin, positions = std::ceil(double(context) / p.kv_splits) + 1;
-  return m.task_us + units * (kUnitUs + std::max(positions * kPositionUs, bytes_streamed(p, context) / units / m.stream_bytes_per_us));
+  constexpr double kUnitUs = 3.3, kStreamShare = 0.88;
+  const double units = p.unit_end - p.unit_begin;
+  return m.task_us + units * kUnitUs + bytes_streamed(p, context) / (kStreamShare * m.stream_bytes_per_us);
 }
 
 // Each unit's cached positions, k and v in bf16.
