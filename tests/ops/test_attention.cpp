@@ -462,3 +462,30 @@ TEST_CASE("op attention: tasks over unit ranges compose to the whole op") {
   c.p.unit_end = 6;
   check_combined(c);
 }
+
+TEST_CASE("KV cache layout: each position's elements permuted within its row; 8 consecutive positions' chunk c in 8 bank groups") {
+  // What the CUDA attention's ldmatrix loads rely on: a tile of the cache copied as it is to
+  // shared memory (16-byte aligned rows), chunk c of 8 consecutive positions read at once.
+  for (uint32_t hd : {8u, 16u, 32u, 48u, 64u, 80u, 96u, 128u, 256u}) {
+    CAPTURE(hd);
+    const uint32_t chunks = hd / 8;
+    const bool conflict_free = chunks % 8 == 0 || chunks == 4 || chunks == 2;
+    for (uint32_t pos : {0u, 1u, 7u, 8u, 13u, 1000u}) {
+      std::vector<int> seen(hd, 0);
+      for (uint32_t i = 0; i < hd; ++i) {
+        const uint64_t at = mk::device::kv_index(pos, i, hd);
+        REQUIRE(at >= uint64_t{pos} * hd);
+        REQUIRE(at < uint64_t{pos + 1} * hd);
+        ++seen[at - uint64_t{pos} * hd];
+        CHECK(at % 8 == i % 8);  // chunks move whole
+      }
+      CHECK(std::count(seen.begin(), seen.end(), 1) == int(hd));
+      if (!conflict_free) continue;
+      for (uint32_t c = 0; c < chunks; ++c) {
+        std::vector<int> groups(8, 0);  // the 16-byte bank group of each of the 8 rows, tile row 0 at pos
+        for (uint32_t r = 0; r < 8; ++r) ++groups[(uint64_t{r} * chunks + mk::device::kv_index(pos + r, 8 * c, hd) % hd / 8) % 8];
+        CHECK(std::count(groups.begin(), groups.end(), 1) == 8);
+      }
+    }
+  }
+}
