@@ -117,14 +117,18 @@ __device__ __forceinline__ void consume_tile(const WeightTile& t, const uint16_t
   }
 }
 
-}  // namespace detail
-
 // The producer warp streams the weight tiles into the ring; the `share` warps of stage s
 // consume its tiles, each a slice of the columns, adding into shared accumulators. The norm
 // is folded in: x is held as in * norm_weight, and the sum of squares scales the finished
 // rows, so no barrier stands between the input load and the first tile.
-__device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
-                               BlockContext& bc) {
+//
+// Out of line, like the attention's body, with everything the kernel keeps in registers passed
+// by value: inlined, the body shared the kernel's 128 registers with the interpreter's loop
+// state, and moving it out gave it a register allocation of its own (Llama-3.2-1B 1128 -> 1094
+// us, bench/NOTES.md). Returns the ring's tile counter after its tiles.
+__device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, schedule::StepContext ctx, TensorTable mem,
+                                             unsigned char* scratch, WeightRing ring_state, uint64_t* trace) {
+  BlockContext bc{scratch, ring_state, trace};
   const uint32_t cols = p.cols, rows = p.row_end - p.row_begin, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
   const bool norm = p.norm != schedule::kNone;
@@ -217,6 +221,14 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
     }
     out[p.row_begin + i] = r + (y + b);
   }
+  return bc.ring.next_tile;
+}
+
+}  // namespace detail
+
+__device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
+                               BlockContext& bc) {
+  bc.ring.next_tile = detail::matvec_body(p, ctx, mem, bc.scratch, bc.ring, bc.trace);
 }
 
 }  // namespace mk::device
