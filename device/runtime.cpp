@@ -233,19 +233,5 @@ void write_npy(io::OutputFile& f, const std::vector<std::vector<float>>& rows) {
 bool cuda_available() { return false; }
 #endif
 
-void check_cuda_limits(const schedule::Schedule& s) {
-  for (const schedule::Instruction& inst : s.instructions) {
-    if (inst.opcode != static_cast<uint16_t>(schedule::Opcode::attention)) continue;
-    const auto& a = schedule::payload_as<schedule::AttentionPayload>(inst);
-    const uint32_t group = a.heads / a.kv_heads;
-    if (group > schedule::kMaxGroup || a.head_dim > schedule::kMaxHeadDim || a.head_dim % 16 != 0)
-      throw std::runtime_error("the CUDA interpreter's attention takes at most " + std::to_string(schedule::kMaxGroup) +
-                               " q heads per kv head and a head_dim that is a multiple of 16, at most " +
-                               std::to_string(schedule::kMaxHeadDim) +
-                               "; this schedule has " + std::to_string(a.heads) + " heads over " + std::to_string(a.kv_heads) +
-                               " kv heads (" + std::to_string(group) + " per kv head), head_dim " + std::to_string(a.head_dim) +
-                               " (run it with --backend emulator)");
-  }
-}
 
 }  // namespace mk::device

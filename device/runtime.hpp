@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/output_file.hpp"
+#include "device/cuda_limits.hpp"
 #include "device/emulator.hpp"
 #include "device/trace.hpp"
 #include "device/weights.hpp"
@@ -56,12 +57,6 @@ class Backend {
   virtual bool trace_is_logical() const { return false; }
 };
 
-// What the CUDA attention kernel (device/ops/attention.cuh) was built for: at most
-// schedule::kMaxGroup q heads per kv head and head_dim a multiple of 16 up to
-// schedule::kMaxHeadDim (the tensor cores take q as 2 x kMaxGroup rows and 16 dimensions per
-// step; the output is held in registers sized by the head). A schedule past them plans and runs
-// on the emulator; the CUDA backend refuses it with this message (std::runtime_error).
-void check_cuda_limits(const schedule::Schedule&);
 
 // The schedule and checkpoint must outlive the backend. Weights are checked first.
 std::unique_ptr<Backend> make_emulator_backend(const schedule::Schedule&, const Checkpoint&, const RuntimeOptions&);

@@ -24,7 +24,7 @@ struct AttentionPayload {
   uint32_t qkv;      // activation f32 [(heads + 2*kv_heads) * head_dim]: q | k | v
   uint32_t q_norm;   // weight bf16 [head_dim] or kNone
   uint32_t k_norm;   // weight bf16 [head_dim] or kNone
-  uint32_t k_cache;  // kv_cache bf16 [kv_heads, head_dim] per position
+  uint32_t k_cache;  // kv_cache bf16 [kv_heads][position][head_dim], 16-byte chunks permuted by position (device/ops/attention_layout.hpp)
   uint32_t v_cache;
   uint32_t out;  // activation f32 [kv_heads, kv_splits, rep, head_dim + 2]
   uint32_t heads, kv_heads, head_dim, kv_splits;

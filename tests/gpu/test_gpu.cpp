@@ -208,7 +208,7 @@ TEST_CASE("whole models: CUDA interpreter vs emulator vs the independent referen
   }
 }
 
-TEST_CASE("models from config.json on the GPU (GQA ratios 1, 3, 4, 5, 6 and 8, head_dim 16, 64, 80, 96 and 128, biases, q/k norm) after a 1100-token prompt") {
+TEST_CASE("models from config.json on the GPU (GQA ratios 1, 2, 3, 4, 5, 6 and 8, head_dim 16, 64, 80, 96, 112 and 128, biases, q/k norm) after a 1100-token prompt") {
   const int sms = device::cuda_device_sm_count();
   const std::pair<const char*, const char*> configs[] = {
       {"llama, 6 heads over 2 (ratio 3), head_dim 128",
@@ -236,6 +236,10 @@ TEST_CASE("models from config.json on the GPU (GQA ratios 1, 3, 4, 5, 6 and 8, h
        R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 512, "intermediate_size": 512, "num_attention_heads": 16,
            "num_key_value_heads": 2, "head_dim": 96, "num_hidden_layers": 1, "vocab_size": 320, "rms_norm_eps": 1e-05,
            "rope_theta": 10000.0, "tie_word_embeddings": true})"},
+      {"mistral, 4 heads over 2 (ratio 2), head_dim 112",
+       R"({"architectures": ["MistralForCausalLM"], "hidden_size": 256, "intermediate_size": 384, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 112, "num_hidden_layers": 1, "vocab_size": 320, "rms_norm_eps": 1e-05,
+           "rope_theta": 1000000.0, "tie_word_embeddings": false})"},
       {"qwen3, 4 heads over 4 (ratio 1), head_dim 16, q/k norm",
        R"({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4,
            "num_key_value_heads": 4, "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 320, "rms_norm_eps": 1e-06,
