@@ -54,8 +54,8 @@ __device__ inline AttentionTiles gpu_tiles(const schedule::AttentionPayload& p, 
           ctx.pos, ctx.max_context, p.head_dim, attention_tile_positions(p.head_dim)};
 }
 
-// Shared memory: q as the tensor cores take it (16 rows of bf16), q, k and v in f32, the
-// current k and v in bf16, then each attending warp's output, max and sum per head (and the
+// Shared memory: q as the tensor cores take it (16 rows of bf16), cos/sin, q, k and v in f32,
+// the current k and v in bf16, then each attending warp's output, max and sum per head (and the
 // current position's score as one more slot).
 namespace detail {
 inline constexpr uint32_t kQRows = 16;  // rows 0-7: q in bf16 (hi), rows 8-15: what bf16 left (lo)
@@ -70,24 +70,10 @@ static_assert(schedule::kMaxHeadDim % 16 == 0, "head_dim steps of 16");
 static_assert(kAttnWarps <= kWarps, "the attending warps are compute warps");
 }  // namespace detail
 
-namespace detail {
-// Byte offsets of the scratch's parts, for its size and for the body that carves it.
-struct AttentionScratch {
-  uint32_t qa, q, cur16, wo, wm, wl, bytes;
-  __device__ __host__ AttentionScratch(uint32_t hd, uint32_t rep) {
-    qa = 0;                                         // [kQRows][q_stride(hd)] bf16
-    q = qa + kQRows * q_stride(hd) * 2;             // [rep + 2][hd] f32: q heads, k, v
-    cur16 = q + (rep + 2) * hd * 4;                 // [2][hd] bf16: k and v as stored
-    wo = cur16 + 2 * hd * 2;                        // [kAttnWarps][rep][hd] f32
-    wm = wo + kAttnWarps * rep * hd * 4;            // [kAttnWarps + 1][rep] f32
-    wl = wm + (kAttnWarps + 1) * rep * 4;           // [kAttnWarps + 1][rep] f32
-    bytes = wl + (kAttnWarps + 1) * rep * 4;
-  }
-};
-}  // namespace detail
-
 inline uint32_t gpu_shared_bytes(const schedule::AttentionPayload& p) {
-  return detail::AttentionScratch(p.head_dim, p.heads / p.kv_heads).bytes;
+  const uint32_t hd = p.head_dim, rep = p.heads / p.kv_heads;
+  return detail::kQRows * detail::q_stride(hd) * 2 +
+         (hd + rep * hd + 2 * hd + hd + detail::kAttnWarps * rep * hd + 2 * (detail::kAttnWarps + 1) * rep) * 4;
 }
 
 namespace detail {
@@ -193,10 +179,7 @@ struct WarpAttention {
     m = m_new;
     if (__any_sync(0xffffffffu, c != 1.0f)) {
 #pragma unroll
-      for (uint32_t t = 0; t < NT; ++t) {
-        if (t >= hd / 8) break;
-        acc[t][0] *= c, acc[t][1] *= c, acc[t][2] *= c, acc[t][3] *= c;
-      }
+      for (uint32_t t = 0; t < NT; ++t) acc[t][0] *= c, acc[t][1] *= c, acc[t][2] *= c, acc[t][3] *= c;
     }
     uint32_t p[4];  // A (weights): rows g (hi) and g + 8 (lo), positions 2 quad, + 1, then + 8, + 9
     split_bf16(pr[0], pr[1], p[0], p[1]);
@@ -231,82 +214,75 @@ struct WarpAttention {
 // shared memory with the current position (last split only), and the partial written.
 __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload& p, schedule::StepContext ctx,
                                                 TensorTable mem, unsigned char* scratch, WeightRing ring) {
+
   const uint32_t hd = p.head_dim, half = hd / 2, rep = p.heads / p.kv_heads, S = p.kv_splits;
   const uint32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32, per = attention_tile_positions(hd);
   constexpr uint32_t G = schedule::kMaxGroup, W = kAttnWarps;
-  const AttentionScratch layout(hd, rep);
-  uint16_t* qa = reinterpret_cast<uint16_t*>(scratch + layout.qa);  // q for the tensor cores
-  float* q = reinterpret_cast<float*>(scratch + layout.q);           // q heads, then k and v, in f32
-  uint16_t* kcur16 = reinterpret_cast<uint16_t*>(scratch + layout.cur16);  // the current k and v as stored
+  uint16_t* qa = reinterpret_cast<uint16_t*>(scratch);  // [kQRows][q_stride(hd)]
+  float* cs = reinterpret_cast<float*>(qa + kQRows * q_stride(hd));  // cos [half], sin [half]
+  float* q = cs + hd;                                                  // [rep][hd]
+  float* kcur = q + rep * hd;
+  float* vcur = kcur + hd;
+  uint16_t* kcur16 = reinterpret_cast<uint16_t*>(vcur + hd);  // the current k and v as stored
   uint16_t* vcur16 = kcur16 + hd;
-  float* wo = reinterpret_cast<float*>(scratch + layout.wo);  // each attending warp's output
-  float* wm = reinterpret_cast<float*>(scratch + layout.wm);  // its max per head (the current score last)
-  float* wl = reinterpret_cast<float*>(scratch + layout.wl);  // its sum per head
+  float* wo = reinterpret_cast<float*>(vcur16 + hd);  // [kAttnWarps][rep][hd]: each attending warp's output
+  float* wm = wo + kAttnWarps * rep * hd;               // [kAttnWarps + 1][rep]: its max (the current score last)
+  float* wl = wm + (kAttnWarps + 1) * rep;              // [kAttnWarps + 1][rep]: its sum
+  for (uint32_t i = tid; i < half; i += kThreads) sincosf(rope_angle(p, i, ctx.pos), cs + half + i, cs + i);
   const float* qkv = mem.at<const float>(p.qkv);
   uint16_t* kc = mem.at<uint16_t>(p.k_cache);
   uint16_t* vc = mem.at<uint16_t>(p.v_cache);
   float* out = mem.at<float>(p.out);
   const float qscale = p.scale * 1.4426950408889634f;  // scores in the log2 domain: exp2f
   const uint32_t qa_addr = smem_addr(qa);
-  // q rows past the group's heads stay zero (the tensor cores take 8 heads at a time).
-  for (uint32_t i = tid; i < kQRows * q_stride(hd) / 2; i += kThreads) reinterpret_cast<uint32_t*>(qa)[i] = 0;
   uint32_t tile = ring.next_tile;
 
   for (uint32_t unit = p.unit_begin; unit < p.unit_end; ++unit) {
     const uint32_t g = unit / S, s = unit % S;
     const bool last = s == S - 1;
     block_sync();
-    // One warp per vector: q head r by warp r, k by warp rep, v by warp rep + 1, each loaded,
-    // normed, roped (HF rotate_half pairs, its own cos/sin computed while the loads fly) and
-    // stored as the tensor cores and the cache take it, with no block barrier in between.
-    if (warp < rep + 2) {
-      const bool is_q = warp < rep, is_k = warp == rep, is_v = warp == rep + 1;
-      float* h = q + warp * hd;
-      const uint32_t from = is_q ? (g * rep + warp) * hd : is_k ? (p.heads + g) * hd : (p.heads + p.kv_heads + g) * hd;
-      for (uint32_t i = lane; i < hd; i += 32) h[i] = load_activation(qkv + from + i);
-      float cosv[schedule::kMaxHeadDim / 64], sinv[schedule::kMaxHeadDim / 64];  // pairs lane, lane + 32
-#pragma unroll
-      for (uint32_t k = 0; k < schedule::kMaxHeadDim / 64; ++k)
-        if (!is_v && lane + 32 * k < half) sincosf(rope_angle(p, lane + 32 * k, ctx.pos), sinv + k, cosv + k);
-      __syncwarp();
-      if (is_q && p.q_norm != schedule::kNone) warp_rms_norm(h, mem.at<const uint16_t>(p.q_norm), hd, p.norm_eps);
-      if (is_k && p.k_norm != schedule::kNone) warp_rms_norm(h, mem.at<const uint16_t>(p.k_norm), hd, p.norm_eps);
-      __syncwarp();
-      if (!is_v) {
-#pragma unroll
-        for (uint32_t k = 0; k < schedule::kMaxHeadDim / 64; ++k) {
-          const uint32_t j = lane + 32 * k;
-          if (j >= half) break;
-          const float a = h[j], b = h[j + half];
-          h[j] = a * cosv[k] - b * sinv[k];
-          h[j + half] = b * cosv[k] + a * sinv[k];
-        }
-      }
-      __syncwarp();
-      if (is_q) {  // the bf16 pair (hi row r, lo row r + 8), scaled into the log2 domain
-        for (uint32_t e = 2 * lane; e < hd; e += 64) {
-          uint32_t hi, lo;
-          split_bf16(h[e] * qscale, h[e + 1] * qscale, hi, lo);
-          *reinterpret_cast<uint32_t*>(qa + warp * q_stride(hd) + e) = hi;
-          *reinterpret_cast<uint32_t*>(qa + (warp + G) * q_stride(hd) + e) = lo;
-        }
-      } else {  // the cache holds bf16; the current position uses the same values
-        uint16_t* cur = is_k ? kcur16 : vcur16;
-        uint16_t* cache = (is_k ? kc : vc) + uint64_t{g} * ctx.max_context * hd;
-        for (uint32_t i = lane; i < hd; i += 32) {
-          const uint16_t b = f32_to_bf16(h[i]);
-          cur[i] = b;
-          if (last) cache[kv_index(ctx.pos, i, hd)] = b;
-        }
-      }
+    // q heads, k and v of this group in one batch of loads (q, kcur, vcur are contiguous).
+    for (uint32_t i = tid; i < (rep + 2) * hd; i += kThreads) {
+      const uint32_t from = i < rep * hd       ? g * rep * hd + i
+                            : i < (rep + 1) * hd ? (p.heads + g) * hd + i - rep * hd
+                                                 : (p.heads + p.kv_heads + g) * hd + i - (rep + 1) * hd;
+      q[i] = load_activation(qkv + from);
     }
     block_sync();
-    if (last && kWarps - 1 - warp < rep) {  // the current position's score, from f32 q, by the last warps
-      const uint32_t r = kWarps - 1 - warp;
+    if (warp < rep && p.q_norm != schedule::kNone) warp_rms_norm(q + warp * hd, mem.at<const uint16_t>(p.q_norm), hd, p.norm_eps);
+    if (warp == rep && p.k_norm != schedule::kNone) warp_rms_norm(kcur, mem.at<const uint16_t>(p.k_norm), hd, p.norm_eps);
+    block_sync();
+    for (uint32_t i = tid; i < (rep + 1) * half; i += kThreads) {  // RoPE, HF rotate_half pairs
+      float* v = i < rep * half ? q + (i / half) * hd : kcur;
+      const uint32_t j = i % half;
+      const float a = v[j], b = v[j + half];
+      v[j] = a * cs[j] - b * cs[half + j];
+      v[j + half] = b * cs[j] + a * cs[half + j];
+    }
+    block_sync();
+    const uint64_t head_base = uint64_t{g} * ctx.max_context * hd;
+    for (uint32_t i = tid; i < hd; i += kThreads) {  // the cache holds bf16; use the same values
+      const uint16_t kb = f32_to_bf16(kcur[i]), vb = f32_to_bf16(vcur[i]);
+      kcur16[i] = kb;
+      vcur16[i] = vb;
+      if (last) {
+        kc[head_base + kv_index(ctx.pos, i, hd)] = kb;
+        vc[head_base + kv_index(ctx.pos, i, hd)] = vb;
+      }
+    }
+    for (uint32_t i = tid; i < G * half; i += kThreads) {  // q for the tensor cores
+      const uint32_t r = i / half, e = 2 * (i % half);
+      uint32_t hi = 0, lo = 0;
+      if (r < rep) split_bf16(q[r * hd + e] * qscale, q[r * hd + e + 1] * qscale, hi, lo);
+      *reinterpret_cast<uint32_t*>(qa + r * q_stride(hd) + e) = hi;
+      *reinterpret_cast<uint32_t*>(qa + (r + G) * q_stride(hd) + e) = lo;
+    }
+    block_sync();
+    if (last && warp < rep) {  // the current position's score, from f32 q
       float dot = 0;
-      for (uint32_t i = lane; i < hd; i += 32) dot = fmaf(q[r * hd + i], bf16_to_f32(kcur16[i]), dot);
+      for (uint32_t i = lane; i < hd; i += 32) dot = fmaf(q[warp * hd + i], bf16_to_f32(kcur16[i]), dot);
       dot = warp_sum(dot);
-      if (lane == 0) wm[kAttnWarps * rep + r] = dot * qscale, wl[kAttnWarps * rep + r] = 1;
+      if (lane == 0) wm[kAttnWarps * rep + warp] = dot * qscale, wl[kAttnWarps * rep + warp] = 1;
     }
 
     // The split's cached positions: every warp waits for every tile and releases it; the
@@ -320,7 +296,6 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
     for (uint32_t first = sp.begin; first < sp.end; first += per, ++tile) {
       const uint32_t n = min(per, sp.end - first), blocks = (n + 15) / 16, stage = tile % ring.count;
       mbar_wait(ring.full + stage, (tile / ring.count) & 1);
-      __syncwarp();  // the whole warp together for the aligned ldmatrix and mma
       const uint32_t k = smem_addr(ring.stages + stage * kStageBytes), v = k + kStageBytes / 2;
       if (warp < W)
         for (uint32_t b = (warp + W - block % W) % W; b < blocks; b += W)
