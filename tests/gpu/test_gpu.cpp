@@ -36,15 +36,6 @@ planner::Plan plan_example(const dsl::ModelGraph& model, uint32_t sms) {
   return planner::plan(model, o);
 }
 
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = double(a[i]) - b[i];
-    num += d * d;
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
-}
 
 // Host copies of every tensor of a schedule, filled with random values.
 struct HostState {
@@ -136,7 +127,7 @@ void compare_ops(const char* example, uint32_t pos, uint32_t max_context) {
       for (size_t i = 0; i < a.size(); ++i) mismatched_nan += std::isnan(a[i]) != std::isnan(b[i]);
       for (size_t i = 0; i < a.size(); ++i)
         if (std::isinf(a[i]) && a[i] == b[i]) a[i] = b[i] = 0;  // equal -inf (empty attention splits)
-      const double err = rel_err(a, b);
+      const double err = test::rel_error(a, b);
       INFO(std::string(example), " op ", s.ops[op].name, " tensor ", tensor.name);
       CHECK(mismatched_nan == 0);
       CHECK(err < 1e-4);
@@ -195,8 +186,8 @@ TEST_CASE("whole models: CUDA interpreter vs emulator vs the independent referen
         sequence.insert(sequence.end(), g.tokens.begin(), g.tokens.end() - 1);
         double worst_emu = 0, worst_ref = 0;
         for (size_t step = 0; step < g.logits.size(); ++step) {
-          worst_emu = std::max(worst_emu, rel_err(g.logits[step], e.logits[step]));
-          worst_ref = std::max(worst_ref, rel_err(g.logits[step], ref.step(sequence[step])));
+          worst_emu = std::max(worst_emu, test::rel_error(g.logits[step], e.logits[step]));
+          worst_ref = std::max(worst_ref, test::rel_error(g.logits[step], ref.step(sequence[step])));
         }
         CHECK(worst_emu < 1e-3);
         CHECK(worst_ref < 1e-3);
@@ -270,8 +261,8 @@ TEST_CASE("models from config.json on the GPU (GQA ratios 1, 2, 3, 4, 5, 6 and 8
     sequence.insert(sequence.end(), g.tokens.begin(), g.tokens.end() - 1);
     double worst_emu = 0, worst_ref = 0;
     for (size_t step = 0; step < g.logits.size(); ++step) {
-      worst_emu = std::max(worst_emu, rel_err(g.logits[step], e.logits[step]));
-      worst_ref = std::max(worst_ref, rel_err(g.logits[step], ref.step(sequence[step])));
+      worst_emu = std::max(worst_emu, test::rel_error(g.logits[step], e.logits[step]));
+      worst_ref = std::max(worst_ref, test::rel_error(g.logits[step], ref.step(sequence[step])));
     }
     CHECK(worst_emu < 1e-3);
     CHECK(worst_ref < 1e-3);
@@ -320,7 +311,7 @@ TEST_CASE("the watchdog turns a wait that can never be met into a report, and th
   auto emu = device::make_emulator_backend(plan.schedule, ckpt, ro);
   gpu->step(3, 0);
   emu->step(3, 0);
-  CHECK(rel_err(gpu->logits(), emu->logits()) < 1e-3);
+  CHECK(test::rel_error(gpu->logits(), emu->logits()) < 1e-3);
 }
 
 TEST_CASE("a schedule planned for another SM count is refused with a way out") {
