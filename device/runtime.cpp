@@ -12,7 +12,6 @@
 
 #include "common/output_file.hpp"
 #include "schedules/limits.hpp"
-#include "schedules/ops/attention.hpp"
 
 namespace mk::device {
 namespace {
@@ -232,6 +231,5 @@ void write_npy(io::OutputFile& f, const std::vector<std::vector<float>>& rows) {
 #if !MK_HAVE_CUDA
 bool cuda_available() { return false; }
 #endif
-
 
 }  // namespace mk::device

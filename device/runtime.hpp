@@ -57,7 +57,6 @@ class Backend {
   virtual bool trace_is_logical() const { return false; }
 };
 
-
 // The schedule and checkpoint must outlive the backend. Weights are checked first.
 std::unique_ptr<Backend> make_emulator_backend(const schedule::Schedule&, const Checkpoint&, const RuntimeOptions&);
 #if MK_HAVE_CUDA

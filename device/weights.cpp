@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/checked_json.hpp"
 #include "common/output_file.hpp"
 #include "device/bf16.hpp"
 #include "schedules/limits.hpp"
@@ -103,33 +104,14 @@ void map_file(const fs::path& file, MappedFile& m) {
   ::close(fd);  // the mapping stays valid without the descriptor
 }
 
-// Parses JSON with the checks every reader here needs: nesting at most limits::kMaxNesting deep
-// (what nlohmann's recursive dump and comparisons may walk), and no key twice in one object
-// (nlohmann would keep the last one silently). Throws WeightError naming `file`; a syntax error
-// is "<what>: <nlohmann's message>".
-template <class Iterator>
-json parse_json(const fs::path& file, const char* what, Iterator first, Iterator last) {
-  std::vector<std::set<std::string>> keys;  // per open object
-  auto check = [&](int depth, json::parse_event_t event, json& value) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        if (depth >= limits::kMaxNesting) fail(file, "JSON nested deeper than ", limits::kMaxNesting, " levels");
-        if (event == json::parse_event_t::object_start) keys.emplace_back();
-        break;
-      case json::parse_event_t::object_end: keys.pop_back(); break;
-      case json::parse_event_t::key:
-        if (!keys.empty() && !keys.back().insert(value.get<std::string>()).second)
-          fail(file, "JSON key '", value.get<std::string>(), "' given twice in one object");
-        break;
-      default: break;
-    }
-    return true;
-  };
+// Parses JSON with the shared checks (common/checked_json.hpp); throws WeightError naming
+// `file`, a syntax error as "<what>: <nlohmann's message>".
+json parse_json(const fs::path& file, const char* what, std::string_view text) {
   try {
-    return json::parse(first, last, check);
-  } catch (const json::exception& e) {
-    fail(file, what, ": ", e.what());
+    return io::parse_checked_json(text, limits::kMaxNesting);
+  } catch (const io::JsonError& e) {
+    if (e.syntax) fail(file, what, ": ", e.what());
+    fail(file, e.what());
   }
 }
 
@@ -210,7 +192,7 @@ std::vector<CheckpointTensor> parse_safetensors(const MappedFile& m) {
   if (n > m.size - 8)
     fail(file, "header length ", n, " exceeds the ", m.size - 8, " bytes after the length field (file truncated?)");
   if (n > limits::kMaxTextBytes) fail(file, "header length ", n, " is over the limit of ", limits::kMaxTextBytes, " bytes");
-  const json header = parse_json(file, "bad JSON header", m.data + 8, m.data + 8 + n);
+  const json header = parse_json(file, "bad JSON header", {reinterpret_cast<const char*>(m.data) + 8, n});
   if (!header.is_object()) fail(file, "JSON header must be an object, found ", header.type_name());
   const uint8_t* data = m.data + 8 + n;
   const uint64_t data_size = m.size - 8 - n;
@@ -234,7 +216,7 @@ json read_json_file(const fs::path& file) {
   const uintmax_t size = fs::file_size(file, ec);
   if (ec || size > limits::kMaxTextBytes) fail(file, "larger than the limit of ", limits::kMaxTextBytes, " bytes");
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return parse_json(file, "bad JSON", text.begin(), text.end());
+  return parse_json(file, "bad JSON", text);
 }
 
 // A shard named in an index must be a file inside the checkpoint folder: a relative path

@@ -17,12 +17,6 @@ bool is_name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) 
 bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 bool is_digit(char c) { return std::isdigit(static_cast<unsigned char>(c)); }
 
-std::string show(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
-}
-
 // A recursive-descent evaluator: one method per precedence level.
 class Evaluator {
  public:
@@ -173,7 +167,7 @@ double evaluate(const std::string& text, const Scope& scope, const Location& whe
 int64_t evaluate_integer(const std::string& text, const Scope& scope, const Location& where) {
   double v = evaluate(text, scope, where);
   if (auto i = as_integer(v)) return *i;
-  throw Error(where, "expression '" + text + "' is not an integer (" + show(v) + ")");
+  throw Error(where, "expression '" + text + "' is not an integer (" + show_number(v) + ")");
 }
 
 std::string substitute(const std::string& text, const Scope& scope, const Location& where) {
@@ -188,7 +182,7 @@ std::string substitute(const std::string& text, const Scope& scope, const Locati
     double v = evaluate(expr, scope, where);
     auto i = as_integer(v);
     if (!i)
-      throw Error(where, "'{" + expr + "}' in '" + text + "' is not an integer (" + show(v) + ")");
+      throw Error(where, "'{" + expr + "}' in '" + text + "' is not an integer (" + show_number(v) + ")");
     out += text.substr(pos, open - pos) + std::to_string(*i);
     pos = close + 1;
   }
@@ -220,5 +214,18 @@ bool is_identifier(std::string_view text) {
     if (!is_name_char(c)) return false;
   return true;
 }
+
+namespace {
+template <class T>
+std::string shortest(T v) {
+  if (v == std::floor(v) && std::fabs(v) < T(1e15)) return std::to_string(static_cast<int64_t>(v));  // 500000, not 5e+05
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that reads back as v
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+}  // namespace
+
+std::string show_number(double v) { return shortest(v); }
+std::string show_number(float v) { return shortest(v); }
 
 }  // namespace mk::dsl

@@ -8,8 +8,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/checked_json.hpp"
 #include "dsl/model.hpp"
 #include "schedules/limits.hpp"
+#include "schedules/ops/attention.hpp"
 
 namespace mk::dsl {
 namespace {
@@ -32,18 +34,16 @@ json read_json(const fs::path& file) {
   if (!in) fail(file.string(), "cannot open");
   std::ostringstream text;
   text << in.rdbuf();
-  json j = json::parse(text.str(), nullptr, false);
-  if (j.is_discarded()) fail(file.string(), "not valid JSON");
+  json j;
+  try {
+    j = io::parse_checked_json(text.str(), limits::kMaxNesting);
+  } catch (const io::JsonError& e) {
+    fail(file.string(), e.syntax ? std::string("not valid JSON") : e.what());
+  }
   if (!j.is_object()) fail(file.string(), "expected a JSON object");
   return j;
 }
 
-std::string show(double v) {
-  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));  // 500000, not 5e+05
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that reads back as v
-  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
-}
 
 // Field readers: a missing (or null) field gives nullopt; a present one of the wrong type fails.
 class Fields {
@@ -198,9 +198,10 @@ HfConfig read_hf_config(const fs::path& path) {
                                       std::to_string(c.heads) + " (and there is no head_dim)");
     c.head_dim = c.hidden / c.heads;
   }
-  if (c.head_dim % 8 || c.head_dim > 256)
-    f.fail_field(f.has("head_dim") ? "head_dim" : "hidden_size",
-                 "gives head_dim " + std::to_string(c.head_dim) + "; supported: a multiple of 8, at most 256");
+  if (c.head_dim % 8 || c.head_dim > schedule::kMaxScheduleHeadDim)
+    f.fail_field(f.has("head_dim") ? "head_dim" : "hidden_size", "gives head_dim " + std::to_string(c.head_dim) +
+                                                                    "; supported: a multiple of 8, at most " +
+                                                                    std::to_string(schedule::kMaxScheduleHeadDim));
   if (auto eps = f.number("rms_norm_eps")) {
     if (!(*eps > 0)) f.fail_field("rms_norm_eps", "must be positive");
     c.eps = *eps;
@@ -211,15 +212,12 @@ HfConfig read_hf_config(const fs::path& path) {
   c.qkv_bias = qwen2 || attention_bias;
   c.o_bias = (llama || qwen3) && attention_bias;
   for (const char* key : {"torch_dtype", "dtype"})
-    if (auto d = f.text(key)) {
-      if (*d != "bfloat16" && *d != "float16" && *d != "float32")
-        f.fail_field(key, "is '" + *d + "'; supported: bfloat16, float16, float32 (converted to bfloat16 at load)");
-      c.dtype = *d;
-    }
+    if (auto d = f.text(key); d && *d != "bfloat16" && *d != "float16" && *d != "float32")
+      f.fail_field(key, "is '" + *d + "'; supported: bfloat16, float16, float32 (converted to bfloat16 at load)");
 
   const Rope r = read_rope(j, where);
   if (r.theta) {
-    if (!(*r.theta > 0)) fail(where, "rope theta must be positive, found " + show(*r.theta));
+    if (!(*r.theta > 0)) fail(where, "rope theta must be positive, found " + show_number(*r.theta));
     c.rope_theta = *r.theta;
   }
   if (r.type == "llama3") {
@@ -244,16 +242,16 @@ std::string hf_model_yaml(const HfConfig& c, const std::string& name) {
   y << "model: " << name << "\n";
   y << "config:\n";
   y << "  hidden: " << c.hidden << "\n  inter: " << c.inter << "\n  heads: " << c.heads << "\n  kv_heads: " << c.kv_heads
-    << "\n  head_dim: " << c.head_dim << "\n  vocab: " << c.vocab << "\n  layers: " << c.layers << "\n  eps: " << show(c.eps)
+    << "\n  head_dim: " << c.head_dim << "\n  vocab: " << c.vocab << "\n  layers: " << c.layers << "\n  eps: " << show_number(c.eps)
     << "\n  tie_embeddings: " << (c.tie_embeddings ? 1 : 0) << "\n";
   if (c.qk_norm) y << "  qk_norm: 1\n";
   if (c.qkv_bias) y << "  attention_bias: 1\n";
   if (c.o_bias) y << "  o_bias: 1\n";
-  y << "  rope: {theta: " << show(c.rope_theta);
+  y << "  rope: {theta: " << show_number(c.rope_theta);
   if (c.rope_scaling == "llama3")
-    y << ", scaling: llama3, factor: " << show(c.rope_factor) << ", low_freq_factor: " << show(c.rope_low_freq_factor)
-      << ", high_freq_factor: " << show(c.rope_high_freq_factor)
-      << ", original_max_position: " << show(c.rope_original_max_position);
+    y << ", scaling: llama3, factor: " << show_number(c.rope_factor) << ", low_freq_factor: " << show_number(c.rope_low_freq_factor)
+      << ", high_freq_factor: " << show_number(c.rope_high_freq_factor)
+      << ", original_max_position: " << show_number(c.rope_original_max_position);
   y << "}\n\n";
   y << "weights:\n"
        "  embed: {key: model.embed_tokens.weight, shape: [vocab, hidden]}\n"

@@ -28,7 +28,6 @@ struct HfConfig {
   std::string rope_scaling = "none";  // none or llama3
   double rope_factor = 1, rope_low_freq_factor = 1, rope_high_freq_factor = 4, rope_original_max_position = 8192;
   std::optional<int64_t> sliding_window;  // Mistral: contexts up to it are exact
-  std::string dtype;                      // torch_dtype / dtype as written, or empty
 };
 
 // `path` is a checkpoint folder (its config.json) or a config.json file.

@@ -25,6 +25,12 @@ struct Error : std::runtime_error {
   Error(Location loc, const std::string& msg);
 };
 
+// A number as messages and generated YAML show it: whole numbers without an exponent (500000,
+// not 5e+05), others as the shortest text that reads back as the same value (a float read from a
+// schedule as 1e-06, not as the double it widens to).
+std::string show_number(double v);
+std::string show_number(float v);
+
 enum class TensorKind { weight, activation, kv_cache };
 
 struct TensorDecl {

@@ -152,11 +152,12 @@ std::vector<std::vector<uint32_t>> assign_critical_path(Plan& p, uint32_t sms, c
   std::vector<std::vector<uint32_t>> succs(n);
   for (uint32_t t = 0; t < n; ++t)
     for (uint32_t pr : preds[t]) succs[pr].push_back(t);
-  std::vector<double> level(n, 0);
+  std::vector<double> us(n), level(n, 0);
+  for (uint32_t t = 0; t < n; ++t) us[t] = task_us(p.tasks[t], cost);
   for (size_t t = n; t-- > 0;) {
     double best = 0;
     for (uint32_t s : succs[t]) best = std::max(best, level[s] + cost.latency_us);
-    level[t] = best + task_us(p.tasks[t], cost);
+    level[t] = best + us[t];
   }
   auto lower_priority = [&](uint32_t a, uint32_t b) { return level[a] != level[b] ? level[a] < level[b] : a > b; };
   std::priority_queue<uint32_t, std::vector<uint32_t>, decltype(lower_priority)> ready(lower_priority);
@@ -176,7 +177,7 @@ std::vector<std::vector<uint32_t>> assign_critical_path(Plan& p, uint32_t sms, c
       const double a = std::max(sm_free[sm], start), b = std::max(sm_free[best], start);
       if (a < b || (a == b && sm_bytes[sm] < sm_bytes[best])) best = sm;
     }
-    finish[t] = std::max(sm_free[best], start) + task_us(p.tasks[t], cost);
+    finish[t] = std::max(sm_free[best], start) + us[t];
     sm_free[best] = finish[t];
     sm_bytes[best] += task_bytes(p.tasks[t]);
     queues[best].push_back(t);

@@ -64,12 +64,6 @@ std::vector<std::string> input_names(const OpDef& def, const dsl::OpDecl& decl) 
   return names;
 }
 
-std::string show_number(double v) {
-  std::ostringstream o;
-  o << v;
-  return o.str();
-}
-
 const dsl::Value& located(const dsl::OpDecl& decl, const char* field) {
   const dsl::Value* v = decl.field(field);
   return *v;
@@ -352,12 +346,11 @@ Program analyze(const dsl::ModelGraph& model, uint32_t sm_count) {
     if (op.opcode == schedule::Opcode::attention) auto_chunks = p.tensors[op.out].shape.front();
     if (auto it = qkv_head_dim.find(p.tensors[op.out].name); it != qkv_head_dim.end() && out_elems % it->second == 0)
       auto_chunks = static_cast<double>(out_elems / it->second);
-    if (static_cast<uint64_t>(auto_chunks) == 0 || out_elems % static_cast<uint64_t>(auto_chunks)) auto_chunks = 1;
     const double split = check.number("split", auto_split), chunks = check.number("chunks", auto_chunks);
     if (!(split >= 1 && split <= 0xffffffffu) || split != std::floor(split))
-      check.fail("split", "split must be a positive integer, got " + show_number(split));
+      check.fail("split", "split must be a positive integer, got " + dsl::show_number(split));
     if (!(chunks >= 1 && chunks <= 0xffffffffu) || chunks != std::floor(chunks))
-      check.fail("chunks", "chunks must be a positive integer, got " + show_number(chunks));
+      check.fail("chunks", "chunks must be a positive integer, got " + dsl::show_number(chunks));
     op.split = static_cast<uint32_t>(split);
     op.chunks = static_cast<uint32_t>(chunks);
     if (op.split > op.units)

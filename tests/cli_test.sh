@@ -811,7 +811,7 @@ check_config_mismatch() {
   run_with_config 's/"rms_norm_eps": 1e-06/"rms_norm_eps": 1e-05/'
   clean_error mkrun "qwen2/config.json: rms_norm_eps is 1e-05 but the schedule was planned with eps 1e-06"
   run_with_config 's/"rope_theta": 1000000.0/"rope_theta": 10000.0/'
-  clean_error mkrun "rope theta is 10000 but the schedule was planned with rope theta 1e\\+06"
+  clean_error mkrun "rope theta is 10000 but the schedule was planned with rope theta 1000000"
   run_with_config 's/"torch_dtype"/"rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 8192}, "torch_dtype"/'
   clean_error mkrun "the rope type is 'llama3' but the schedule was planned with rope scaling none"
   run_with_config 's/"vocab_size": 320/"vocab_size": 321/'

@@ -40,12 +40,6 @@ inline PlannedConfig planned_config(const schedule::Schedule& s) {
   return p;
 }
 
-inline std::string show_value(double v) {
-  std::ostringstream o;
-  o << v;
-  return o.str();
-}
-
 // Throws std::runtime_error on the first mismatch; a folder without config.json, or fields it
 // does not give (mkweights writes none), pass.
 inline void check_planned_config(const schedule::Schedule& s, const std::filesystem::path& folder, uint32_t max_context) {
@@ -60,7 +54,7 @@ inline void check_planned_config(const schedule::Schedule& s, const std::filesys
   };
   // Payloads hold float: compare at that precision.
   auto differ = [](double config, float planned) { return static_cast<float>(config) != planned; };
-  if (v.eps && p.eps && differ(*v.eps, *p.eps)) refuse("rms_norm_eps", show_value(*v.eps), "eps " + show_value(*p.eps));
+  if (v.eps && p.eps && differ(*v.eps, *p.eps)) refuse("rms_norm_eps", dsl::show_number(*v.eps), "eps " + dsl::show_number(*p.eps));
   if (v.vocab && static_cast<uint64_t>(*v.vocab) != p.vocab)
     refuse("vocab_size", std::to_string(*v.vocab), "a vocabulary of " + std::to_string(p.vocab));
   if (v.tie_embeddings && *v.tie_embeddings != p.tied)
@@ -70,19 +64,19 @@ inline void check_planned_config(const schedule::Schedule& s, const std::filesys
     const schedule::AttentionPayload& a = *p.attention;
     const bool llama3 = a.rope_scaling == static_cast<uint32_t>(schedule::RopeScaling::llama3);
     if (v.rope_theta && differ(*v.rope_theta, a.rope_theta))
-      refuse("rope theta", show_value(*v.rope_theta), "rope theta " + show_value(a.rope_theta));
+      refuse("rope theta", dsl::show_number(*v.rope_theta), "rope theta " + dsl::show_number(a.rope_theta));
     if (v.rope_scaling && (*v.rope_scaling == "llama3") != llama3)
       refuse("the rope type", "'" + *v.rope_scaling + "'", std::string("rope scaling ") + (llama3 ? "llama3" : "none"));
     if (llama3) {
       if (v.rope_factor && differ(*v.rope_factor, a.rope_factor))
-        refuse("rope factor", show_value(*v.rope_factor), "factor " + show_value(a.rope_factor));
+        refuse("rope factor", dsl::show_number(*v.rope_factor), "factor " + dsl::show_number(a.rope_factor));
       if (v.rope_low_freq_factor && differ(*v.rope_low_freq_factor, a.rope_low_freq_factor))
-        refuse("rope low_freq_factor", show_value(*v.rope_low_freq_factor), "low_freq_factor " + show_value(a.rope_low_freq_factor));
+        refuse("rope low_freq_factor", dsl::show_number(*v.rope_low_freq_factor), "low_freq_factor " + dsl::show_number(a.rope_low_freq_factor));
       if (v.rope_high_freq_factor && differ(*v.rope_high_freq_factor, a.rope_high_freq_factor))
-        refuse("rope high_freq_factor", show_value(*v.rope_high_freq_factor), "high_freq_factor " + show_value(a.rope_high_freq_factor));
+        refuse("rope high_freq_factor", dsl::show_number(*v.rope_high_freq_factor), "high_freq_factor " + dsl::show_number(a.rope_high_freq_factor));
       if (v.rope_original_max_position && differ(*v.rope_original_max_position, a.rope_original_max_position))
-        refuse("rope original_max_position_embeddings", show_value(*v.rope_original_max_position),
-               "original_max_position " + show_value(a.rope_original_max_position));
+        refuse("rope original_max_position_embeddings", dsl::show_number(*v.rope_original_max_position),
+               "original_max_position " + dsl::show_number(a.rope_original_max_position));
     }
   }
   if (v.sliding_window && max_context > *v.sliding_window)

@@ -10,7 +10,6 @@ namespace {
 // Refuses a context whose KV caches and activations do not fit beside the weights in the GPU's
 // free memory, saying how much they need, before anything is allocated.
 const schedule::Schedule& fits_gpu_memory(const schedule::Schedule& s, uint32_t max_context) {
-  check_cuda_limits(s);  // before any allocation
   const uint64_t free = cuda_free_memory();
   if (free == 0) return s;  // unknown: the allocations report what fails
   uint64_t weights = 0;

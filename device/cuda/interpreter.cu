@@ -275,7 +275,7 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   st_->opt = opt;
   const int sms = cuda_device_sm_count();
   if (sms == 0) throw CudaError("no usable CUDA GPU");
-  check_cuda_limits(s);
+  check_cuda_limits(s);  // before any allocation
   if (opt.exact_sm_count ? s.sm_count != static_cast<uint32_t>(sms) : s.sm_count > static_cast<uint32_t>(sms)) {
     std::ostringstream o;
     o << "the schedule was planned for " << s.sm_count << " SMs but this GPU has " << sms << "; re-plan with mkplan --sms "

@@ -82,15 +82,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   }
 }
 
-// Records, in an instruction's trace record (if any), the time its op body reaches phase k (0 or 1).
-__device__ __forceinline__ void trace_mark(uint64_t* trace, uint32_t k) {
-  if (trace && threadIdx.x == 0) {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    trace[3 + k] = t;
-  }
-}
-
 // What an op body gets besides its payload: scratch shared memory and the weight ring.
 struct BlockContext {
   unsigned char* scratch;
@@ -98,7 +89,13 @@ struct BlockContext {
   uint64_t* trace;  // this instruction's trace record, or nullptr
 
   // Records the time an op body reaches phase k (0 or 1) of its own, when tracing.
-  __device__ void mark(uint32_t k) const { trace_mark(trace, k); }
+  __device__ void mark(uint32_t k) const {
+    if (trace && threadIdx.x == 0) {
+      uint64_t t;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      trace[3 + k] = t;
+    }
+  }
 };
 
 // Global -> shared through the bulk-copy engine, completing on `bar`.

@@ -1,0 +1,47 @@
+// JSON from untrusted files, parsed with the checks every reader of them needs: nesting at most
+// `max_depth` deep (nlohmann walks values recursively when it destroys, compares and dumps them:
+// a file of 200,000 nested brackets crashed the reader) and no key twice in one object (nlohmann
+// would keep the last one silently). Header-only, for the libraries that link nlohmann_json
+// (dsl/ reads config.json, device/ the safetensors headers and indexes).
+#pragma once
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mk::io {
+
+struct JsonError : std::runtime_error {
+  bool syntax;  // nlohmann's own message (not JSON at all), else one of the checks above
+  JsonError(const std::string& what, bool is_syntax) : std::runtime_error(what), syntax(is_syntax) {}
+};
+
+inline nlohmann::json parse_checked_json(std::string_view text, int max_depth) {
+  using json = nlohmann::json;
+  std::vector<std::set<std::string>> keys;  // per open object
+  auto check = [&](int depth, json::parse_event_t event, json& value) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        if (depth >= max_depth) throw JsonError("JSON nested deeper than " + std::to_string(max_depth) + " levels", false);
+        if (event == json::parse_event_t::object_start) keys.emplace_back();
+        break;
+      case json::parse_event_t::object_end: keys.pop_back(); break;
+      case json::parse_event_t::key:
+        if (!keys.empty() && !keys.back().insert(value.get<std::string>()).second)
+          throw JsonError("JSON key '" + value.get<std::string>() + "' given twice in one object", false);
+        break;
+      default: break;
+    }
+    return true;
+  };
+  try {
+    return json::parse(text.begin(), text.end(), check);
+  } catch (const json::exception& e) {
+    throw JsonError(e.what(), true);
+  }
+}
+
+}  // namespace mk::io
