@@ -309,14 +309,15 @@ std::string hf_model_yaml(const HfConfig& c, const std::string& name) {
   return y.str();
 }
 
-ModelGraph import_hf_model(const fs::path& path, std::string* yaml) {
-  const HfConfig config = read_hf_config(path);
-  const fs::path file = hf_config_file(path);
+ModelGraph import_hf_model(const HfConfig& config, std::string* yaml) {
+  const fs::path file = config.file;
   const fs::path folder = fs::absolute(file).lexically_normal().parent_path();
   const std::string text = hf_model_yaml(config, folder.filename().empty() ? "model" : folder.filename().string());
   if (yaml) *yaml = text;
   return parse_string(text, "<model generated from " + file.string() + ">");
 }
+
+ModelGraph import_hf_model(const fs::path& path, std::string* yaml) { return import_hf_model(read_hf_config(path), yaml); }
 
 HfPlannedValues read_hf_planned_values(const fs::path& config_json) {
   const std::string where = config_json.string();

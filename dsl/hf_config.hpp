@@ -43,8 +43,9 @@ bool is_hf_import(const std::filesystem::path& path);
 // planner. `name` is the model's name.
 std::string hf_model_yaml(const HfConfig&, const std::string& name);
 
-// read_hf_config + hf_model_yaml + parse_string: the model of a checkpoint folder, named after
-// the folder. `yaml`, when given, receives the generated text.
+// hf_model_yaml + parse_string: the model of a config read by read_hf_config, named after its
+// folder. `yaml`, when given, receives the generated text. The second form reads it first.
+ModelGraph import_hf_model(const HfConfig&, std::string* yaml = nullptr);
 ModelGraph import_hf_model(const std::filesystem::path& path, std::string* yaml = nullptr);
 
 // The values of config.json that a schedule bakes in, each only when the file gives it (a

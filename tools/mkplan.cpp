@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
     const bool import = mk::dsl::is_hf_import(model_path);
     if (!emit_yaml.empty() && !import) throw std::invalid_argument("--emit-yaml needs a checkpoint folder (or its config.json), not a YAML model");
     std::string generated;
-    const mk::dsl::ModelGraph model = import ? mk::dsl::import_hf_model(model_path, &generated) : mk::dsl::parse_file(model_path);
+    const std::optional<mk::dsl::HfConfig> config = import ? std::optional(mk::dsl::read_hf_config(model_path)) : std::nullopt;
+    const mk::dsl::ModelGraph model = config ? mk::dsl::import_hf_model(*config, &generated) : mk::dsl::parse_file(model_path);
     mk::planner::PlanOptions options;
     options.sm_count = sms;
     options.policy = mk::planner::policy_by_name(policy);
@@ -116,14 +117,13 @@ int main(int argc, char** argv) {
     if (dot_file) dot_file->commit();
     if (yaml_file) yaml_file->commit();
     if (!quiet) {
-      if (import) {
-        const mk::dsl::HfConfig config = mk::dsl::read_hf_config(model_path);
-        std::cout << "model generated from " << config.file << " (" << config.architecture << ", " << config.layers
-                  << " layers, " << config.heads << " q heads over " << config.kv_heads << " kv heads, head_dim "
-                  << config.head_dim << (config.qkv_bias ? ", q/k/v biases" : "") << (config.qk_norm ? ", q/k norm" : "")
-                  << (config.tie_embeddings ? ", tied embeddings" : "") << ")\n";
-        if (config.sliding_window)
-          std::cout << "sliding_window " << *config.sliding_window << ": exact up to that context; mkrun refuses a longer one\n";
+      if (config) {
+        std::cout << "model generated from " << config->file << " (" << config->architecture << ", " << config->layers
+                  << " layers, " << config->heads << " q heads over " << config->kv_heads << " kv heads, head_dim "
+                  << config->head_dim << (config->qkv_bias ? ", q/k/v biases" : "") << (config->qk_norm ? ", q/k norm" : "")
+                  << (config->tie_embeddings ? ", tied embeddings" : "") << ")\n";
+        if (config->sliding_window)
+          std::cout << "sliding_window " << *config->sliding_window << ": exact up to that context; mkrun refuses a longer one\n";
       }
       std::cout << mk::planner::summary(plan);
       std::cout << "wrote " << out_path << ": " << bytes << " bytes, planned and verified in " << ms << " ms\n";

@@ -73,11 +73,12 @@ int main(int argc, char** argv) {
     if (!system.empty() && !chat) throw std::invalid_argument("--system needs --chat");
     if (chat && ids_opt->count()) throw std::invalid_argument("--chat takes --prompt or --prompt-file, not --prompt-ids");
     if (chat && !text_opt->count() && !file_opt->count()) throw std::invalid_argument("--chat needs --prompt or --prompt-file");
+    const std::filesystem::path checkpoint_folder = mk::tools::checkpoint_folder(weights_path);
     std::optional<mk::tok::Tokenizer> tokenizer;
     std::set<int32_t> stop_ids;
     std::vector<int32_t> ids;
     if (text_mode) {
-      const std::filesystem::path folder = tokenizer_dir.empty() ? mk::tools::checkpoint_folder(weights_path) : std::filesystem::path(tokenizer_dir);
+      const std::filesystem::path folder = tokenizer_dir.empty() ? checkpoint_folder : std::filesystem::path(tokenizer_dir);
       tokenizer = mk::tok::Tokenizer::load(folder);
       const std::string input = file_opt->count() ? mk::tools::read_text_file(text_file) : text;
       if (chat) {
@@ -89,7 +90,7 @@ int main(int argc, char** argv) {
         ids = tokenizer->encode(input);
         if (ids.empty()) throw std::invalid_argument("the prompt is empty (and the tokenizer adds no BOS)");
       }
-      std::set<int32_t> eos = mk::tools::eos_ids(mk::tools::checkpoint_folder(weights_path));
+      std::set<int32_t> eos = mk::tools::eos_ids(checkpoint_folder);
       if (eos.empty() && tokenizer->eos_id()) eos.insert(*tokenizer->eos_id());
       stop_ids.insert(eos.begin(), eos.end());
       if (ignore_eos) stop_ids.clear();
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
     const uint64_t steps = ids.size() + (tokens ? uint64_t{tokens} - 1 : 0);
     if (!max_context && steps > (1u << 24)) throw std::invalid_argument("--tokens is too large");
     opt.max_context = max_context ? max_context : static_cast<uint32_t>(steps);
-    mk::tools::check_planned_config(schedule, mk::tools::checkpoint_folder(weights_path), opt.max_context);
+    mk::tools::check_planned_config(schedule, checkpoint_folder, opt.max_context);
     opt.order = order == "shuffled" ? mk::device::Order::shuffled : mk::device::Order::deterministic;
     opt.seed = seed;
     opt.watchdog_seconds = watchdog;

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/checked_json.hpp"
+#include "schedules/limits.hpp"
 #include "tokenizer/chat.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -38,9 +40,9 @@ inline std::set<int32_t> eos_ids(const std::filesystem::path& dir) {
     if (!std::filesystem::exists(p)) continue;
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(read_text_file(p.string()));
-    } catch (const nlohmann::json::exception& e) {
-      throw std::runtime_error(p.string() + ": not valid JSON: " + e.what());
+      j = io::parse_checked_json(read_text_file(p.string()), limits::kMaxNesting);
+    } catch (const io::JsonError& e) {
+      throw std::runtime_error(p.string() + ": " + (e.syntax ? "not valid JSON: " : "") + e.what());
     }
     if (!j.is_object() || !j.contains("eos_token_id") || j.at("eos_token_id").is_null()) continue;
     const nlohmann::json& v = j.at("eos_token_id");
