@@ -66,6 +66,12 @@ exact_error() {
   expect "stdout says it wrote something" no_wrote
 }
 no_wrote() { ! grep -q 'wrote' "$WORK/stdout"; }
+# plan_refused MODEL: mkplan MODEL -o x.bin, which must leave no x.bin (the caller checks the message).
+plan_refused() {
+  rm -f x.bin
+  run "$MKPLAN" "$1" -o x.bin
+  expect "x.bin was written" test ! -e x.bin
+}
 # no_temporaries: nothing a tool wrote to a temporary is left in the work folder.
 no_temporaries() { [[ -z $(find "$WORK" -name '*.tmp*' ! -name 'planted.bin.tmp') ]]; }
 
@@ -379,23 +385,22 @@ check_shuffled() {
 check_yaml_syntax() {
   begin
   printf 'model: broken\nconfig: {hidden: 256, vocab: [512\nops: []\n' >broken.yaml
-  run "$MKPLAN" broken.yaml -o x.bin
+  plan_refused broken.yaml
   clean_error mkplan 'broken\.yaml:[0-9]+:[0-9]+'
-  expect "x.bin was written anyway" test ! -e x.bin
   finish "mkplan on malformed YAML (unclosed bracket): one line with file:line:col, exit 1"
 }
 
 check_unknown_op() {
   begin
   sed 's/op: argmax/op: frobnicate/' "$LLAMA" >unknown-op.yaml
-  run "$MKPLAN" unknown-op.yaml -o x.bin
+  plan_refused unknown-op.yaml
   clean_error mkplan "unknown-op\\.yaml:[0-9]+:[0-9]+.*'?frobnicate"
   finish "mkplan on an unknown op: one line naming the op and where it is, exit 1"
 }
 
 check_missing_model() {
   begin
-  run "$MKPLAN" no-such-model.yaml -o x.bin
+  plan_refused no-such-model.yaml
   clean_error mkplan 'no-such-model\.yaml.*(cannot open|no such|not found)'
   finish "mkplan on a missing model file: one line naming the file, exit 1"
 }
@@ -611,12 +616,12 @@ check_inferred_outputs() {
 check_yaml_loops() {
   begin
   printf ',' >comma.yaml
-  run "$MKPLAN" comma.yaml -o x.bin
+  plan_refused comma.yaml
   exact_error mkplan "comma.yaml:1:1: YAML syntax error: unexpected ','"
   finish "mkplan on a one-byte YAML file (',') stops with a syntax error instead of looping"
   begin
   printf 'model: m\nconfig: {}\nops:\n  - repeat: {count: 1000000000000000, as: i, ops: []}\n' >repeat.yaml
-  run "$MKPLAN" repeat.yaml -o x.bin
+  plan_refused repeat.yaml
   exact_error mkplan "repeat.yaml:4:21: repeat count is 1000000000000000; it must be 1 to 4096"
   finish "mkplan with a huge repeat count stops at the limit instead of looping"
 }
@@ -626,9 +631,8 @@ check_sizes_wrap() {
   printf 'model: m\nconfig: {}\nweights:\n  e: {key: e, shape: [16, 8]}\n  a: {key: a, shape: [2147483652, 8]}\n' >wrap.yaml
   printf '  b: {key: b, shape: [2147483652, 8]}\nops:\n  - {op: embed, table: e, out: x}\n' >>wrap.yaml
   printf '  - {op: matvec, in: x, weight: [a, b], out: big}\n  - {op: argmax, in: big, out: t}\n' >>wrap.yaml
-  run "$MKPLAN" wrap.yaml -o x.bin
+  plan_refused wrap.yaml
   exact_error mkplan "wrap.yaml:9:46: op 'big' would produce [4294967304], over the limits (each dimension 1 to 4294967295, at most 1099511627776 elements)"
-  expect "x.bin was written" test ! -e x.bin
   finish "mkplan refuses an output of 2^32 + 8 rows instead of planning 8 rows"
 }
 
@@ -636,12 +640,12 @@ check_deep_nesting() {
   begin
   { printf 'model: m\nconfig: {}\nweights:\n  e: {key: e, shape: ["'; printf '%*s' 100000 '' | tr ' ' '('
     printf 1; printf '%*s' 100000 '' | tr ' ' ')'; printf '"]}\nops: []\n'; } >deep-expr.yaml
-  run "$MKPLAN" deep-expr.yaml -o x.bin
+  plan_refused deep-expr.yaml
   clean_error mkplan "^mkplan: deep-expr\.yaml:4:23: nested deeper than 64 levels in expression '\(\(\(\("
   finish "mkplan on an expression nested 100000 deep: a depth error, not a stack overflow"
   begin
   { printf 'model: m\nconfig: '; printf '%*s' 100000 '' | tr ' ' '['; } >deep-yaml.yaml
-  run "$MKPLAN" deep-yaml.yaml -o x.bin
+  plan_refused deep-yaml.yaml
   exact_error mkplan "deep-yaml.yaml:2:41: YAML nested deeper than 64 levels"
   finish "mkplan on YAML nested 100000 deep: a depth error, not a stack overflow"
 }
@@ -727,7 +731,7 @@ check_checkpoint_refusals() {
   finish "mkrun on /dev/zero as the schedule: refused at once instead of reading forever"
   begin
   mkfifo model.fifo sched.fifo
-  run "$MKPLAN" model.fifo -o x.bin
+  plan_refused model.fifo
   exact_error mkplan "model.fifo: cannot open the model file"
   run "$MKRUN" sched.fifo w --backend emulator
   exact_error mkrun "sched.fifo: not a regular file"

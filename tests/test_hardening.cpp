@@ -65,6 +65,11 @@ void put_safetensors(const fs::path& p, const std::string& header, size_t data_b
   put_text(p, bytes + header + std::string(data_bytes, '\0'));
 }
 
+// The message of opening a checkpoint at `p` ("" when it opens).
+std::string open_error(const fs::path& p) {
+  return error_of([&] { mk::device::Checkpoint::open(p); });
+}
+
 std::vector<std::string> folder_entries(const fs::path& dir) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
@@ -193,11 +198,11 @@ TEST_CASE("hardening: no input makes a reader loop or block: YAML documents, rep
   CHECK(error_of([] { mk::schedule::read_file("/dev/zero"); }) == "/dev/zero: not a regular file");
   TempDir dir;
   REQUIRE(mkfifo((dir.path / "model.safetensors.index.json").c_str(), 0600) == 0);
-  CHECK(error_of([&] { mk::device::Checkpoint::open(dir.path); }) ==
+  CHECK(open_error(dir.path) ==
         (dir.path / "model.safetensors.index.json").string() + ": not a regular file");
   TempDir dir2;
   REQUIRE(mkfifo((dir2.path / "model.safetensors").c_str(), 0600) == 0);
-  CHECK(error_of([&] { mk::device::Checkpoint::open(dir2.path); }) ==
+  CHECK(open_error(dir2.path) ==
         (dir2.path / "model.safetensors").string() + ": not a regular file");
   // "Billion laughs": ten levels of ten aliases name 10^10 config entries in eleven lines. The
   // walk stops at the limit, inside the innermost alias (l0).
@@ -238,10 +243,10 @@ TEST_CASE("hardening: deep nesting is refused by every recursive reader, not a s
     TempDir dir;
     const std::string deep = std::string(100000, '[') + std::string(100000, ']');
     put_safetensors(dir.path / "x.safetensors", "{\"a\": " + deep + "}", 0);
-    CHECK(error_of([&] { mk::device::Checkpoint::open(dir.path / "x.safetensors"); }) ==
+    CHECK(open_error(dir.path / "x.safetensors") ==
           (dir.path / "x.safetensors").string() + ": JSON nested deeper than 64 levels");
     put_text(dir.path / "model.safetensors.index.json", "{\"weight_map\": " + deep + "}");
-    CHECK(error_of([&] { mk::device::Checkpoint::open(dir.path); }) ==
+    CHECK(open_error(dir.path) ==
           (dir.path / "model.safetensors.index.json").string() + ": JSON nested deeper than 64 levels");
   }
 }
@@ -255,11 +260,11 @@ TEST_CASE("hardening: a checkpoint with a key twice, overlapping tensors or a sh
     put_safetensors(file,
                     R"({"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},"a":{"dtype":"BF16","shape":[2],"data_offsets":[4,8]}})",
                     8);
-    CHECK(error_of([&] { mk::device::Checkpoint::open(file); }) == file.string() + ": JSON key 'a' given twice in one object");
+    CHECK(open_error(file) == file.string() + ": JSON key 'a' given twice in one object");
   }
   SUBCASE("a field twice in one tensor entry") {
     put_safetensors(file, R"({"a":{"dtype":"BF16","shape":[2],"shape":[1],"data_offsets":[0,4]}})", 4);
-    CHECK(error_of([&] { mk::device::Checkpoint::open(file); }) ==
+    CHECK(open_error(file) ==
           file.string() + ": JSON key 'shape' given twice in one object");
   }
   SUBCASE("overlapping tensors, an empty one between them") {
@@ -267,7 +272,7 @@ TEST_CASE("hardening: a checkpoint with a key twice, overlapping tensors or a sh
                     R"({"a":{"dtype":"BF16","shape":[8],"data_offsets":[0,16]},"b":{"dtype":"BF16","shape":[0],"data_offsets":[4,4]},)"
                     R"("c":{"dtype":"BF16","shape":[2],"data_offsets":[8,12]}})",
                     16);
-    CHECK(error_of([&] { mk::device::Checkpoint::open(file); }) ==
+    CHECK(open_error(file) ==
           file.string() + ": tensors 'a' and 'c' overlap in the data area");
   }
   SUBCASE("a short tensor between two that overlap") {
@@ -275,12 +280,12 @@ TEST_CASE("hardening: a checkpoint with a key twice, overlapping tensors or a sh
                     R"({"a":{"dtype":"BF16","shape":[8],"data_offsets":[0,16]},"b":{"dtype":"BF16","shape":[1],"data_offsets":[2,4]},)"
                     R"("c":{"dtype":"BF16","shape":[2],"data_offsets":[8,12]}})",
                     16);
-    CHECK(error_of([&] { mk::device::Checkpoint::open(file); }) ==
+    CHECK(open_error(file) ==
           file.string() + ": tensors 'a' and 'b' overlap in the data area");
   }
   SUBCASE("a key twice in an index's weight_map") {
     put_text(dir.path / "model.safetensors.index.json", R"({"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}})");
-    CHECK(error_of([&] { mk::device::Checkpoint::open(dir.path); }) ==
+    CHECK(open_error(dir.path) ==
           (dir.path / "model.safetensors.index.json").string() + ": JSON key 'a' given twice in one object");
   }
   SUBCASE("shard names that leave the folder") {
@@ -289,7 +294,7 @@ TEST_CASE("hardening: a checkpoint with a key twice, overlapping tensors or a sh
     for (const std::string& shard : {std::string("../outside.safetensors"), (dir.path / "outside.safetensors").string(),
                                      std::string("sub/../../outside.safetensors")}) {
       put_text(dir.path / "ckpt" / "model.safetensors.index.json", R"({"weight_map": {"a": ")" + shard + R"("}})");
-      CHECK(error_of([&] { mk::device::Checkpoint::open(dir.path / "ckpt"); }) ==
+      CHECK(open_error(dir.path / "ckpt") ==
             (dir.path / "ckpt" / "model.safetensors.index.json").string() + ": weight_map: shard '" + shard +
                 "' is not a file name inside the checkpoint folder");
     }

@@ -141,6 +141,30 @@ void check_family(const std::string& json, uint32_t sms, uint64_t seed) {
     REQUIRE(kept == json);  // mkweights keeps the folder's config.json
   }
   const mk::device::Checkpoint ckpt = mk::device::Checkpoint::open(dir.path);
+  // What the config says, read here straight from the JSON (the reference below is built from the
+  // importer's own model, so it cannot catch the importer misreading a field).
+  const nlohmann::json j = nlohmann::json::parse(json);
+  const std::string arch = j["architectures"][0];
+  const bool qwen2 = arch == "Qwen2ForCausalLM", qwen3 = arch == "Qwen3ForCausalLM", llama = arch == "LlamaForCausalLM";
+  const bool attention_bias = j.value("attention_bias", false), tied = j.value("tie_word_embeddings", false);
+  const int heads = j["num_attention_heads"];
+  const mk::test::ReferenceConfig rc = mk::test::reference_config(model);
+  CHECK(rc.hidden == j["hidden_size"].get<int>());
+  CHECK(rc.inter == j["intermediate_size"].get<int>());
+  CHECK(rc.heads == heads);
+  CHECK(rc.kv_heads == j["num_key_value_heads"].get<int>());
+  CHECK(rc.head_dim == j.value("head_dim", j["hidden_size"].get<int>() / heads));
+  CHECK(rc.vocab == j["vocab_size"].get<int>());
+  CHECK(rc.layers == j["num_hidden_layers"].get<int>());
+  CHECK(rc.eps == j["rms_norm_eps"].get<double>());
+  CHECK(rc.tie_embeddings == tied);
+  CHECK(rc.qk_norm == qwen3);
+  CHECK(rc.qkv_bias == (qwen2 || attention_bias));
+  CHECK(rc.o_bias == ((llama || qwen3) && attention_bias));
+  CHECK((ckpt.find("lm_head.weight") != nullptr) == !tied);
+  CHECK((ckpt.find("model.layers.0.self_attn.q_proj.bias") != nullptr) == (qwen2 || attention_bias));
+  CHECK((ckpt.find("model.layers.0.self_attn.o_proj.bias") != nullptr) == ((llama || qwen3) && attention_bias));
+  CHECK((ckpt.find("model.layers.0.self_attn.q_norm.weight") != nullptr) == qwen3);
   const uint32_t vocab = static_cast<uint32_t>(s.tensors[s.logits_tensor].elements());
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab) - 1);
@@ -270,17 +294,17 @@ TEST_CASE("hf import: the planned values mkrun checks are read from either style
   TempDir dir;
   write_config(dir.path, kLlama32_1B);
   mk::dsl::HfPlannedValues v = mk::dsl::read_hf_planned_values(dir.path / "config.json");
-  CHECK(*v.eps == 1e-5);
-  CHECK(*v.rope_theta == 500000);
-  CHECK(*v.rope_scaling == "llama3");
-  CHECK(*v.rope_factor == 32);
-  CHECK(*v.vocab == 128256);
-  CHECK(*v.tie_embeddings == true);
+  CHECK((v.eps && *v.eps == 1e-5));
+  CHECK((v.rope_theta && *v.rope_theta == 500000));
+  CHECK((v.rope_scaling && *v.rope_scaling == "llama3"));
+  CHECK((v.rope_factor && *v.rope_factor == 32));
+  CHECK((v.vocab && *v.vocab == 128256));
+  CHECK((v.tie_embeddings && *v.tie_embeddings == true));
   CHECK(!v.sliding_window);
   write_config(dir.path, kQwen3_4B);
   v = mk::dsl::read_hf_planned_values(dir.path / "config.json");
-  CHECK(*v.rope_theta == 1e6);
-  CHECK(*v.rope_scaling == "none");
+  CHECK((v.rope_theta && *v.rope_theta == 1e6));
+  CHECK((v.rope_scaling && *v.rope_scaling == "none"));
   write_config(dir.path, R"({"mk_generated": true, "seed": 3})");
   v = mk::dsl::read_hf_planned_values(dir.path / "config.json");
   CHECK(!v.eps);
@@ -460,12 +484,14 @@ TEST_CASE("hf import: F32 and F16 checkpoints run as their bf16 conversion does"
   fs::rename(dir.path / "model.f32", dir.path / "model.safetensors");
   {
     const mk::device::Checkpoint f32 = mk::device::Checkpoint::open(dir.path);
+    REQUIRE(f32.find("model.embed_tokens.weight"));
     CHECK(f32.find("model.embed_tokens.weight")->stored_dtype == "F32");
     CHECK(run_logits(s, f32, prompt) == want);
   }
   // In f16 they are exact too, but for the few below f16's normal range (rounded there): close.
   fs::rename(dir.path / "model.f16", dir.path / "model.safetensors");
   const mk::device::Checkpoint f16 = mk::device::Checkpoint::open(dir.path);
+  REQUIRE(f16.find("model.layers.0.self_attn.q_proj.bias"));
   CHECK(f16.find("model.layers.0.self_attn.q_proj.bias")->stored_dtype == "F16");
   const std::vector<std::vector<float>> got = run_logits(s, f16, prompt);
   REQUIRE(got.size() == want.size());

@@ -102,6 +102,7 @@ TEST_CASE("trace: Chrome JSON, SVG and summary describe every instruction") {
   for (const auto& inst : s.instructions)
     if (s.ops[inst.op].name == "logits") bytes += mk::schedule::instruction_bytes(inst, 64), ++n;
   REQUIRE(n > 0);
+  CHECK(bytes == 512.0 * 256 * 2);  // the LM head reads tiny-llama's [vocab 512, hidden 256] bf16 table once
   std::ostringstream want;
   want.precision(3);
   want << "  logits: " << n << ", 1 us, 2 us [0.5, 1, 0.5]; " << bytes / n / 1e3 << " KB, " << bytes / n / 2 / 1e3 << " GB/s, "

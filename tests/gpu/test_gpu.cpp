@@ -154,6 +154,50 @@ TEST_CASE("every op on the GPU matches its emulator body") {
   }
 }
 
+// One generation on the GPU against the emulator and the independent reference: the same greedy
+// tokens, and every step's logits within 1e-3 of both (a step that is NaN counts as off). The
+// prompt is drawn from the vocabulary; the context holds the prompt and the tokens.
+struct Agreement {
+  double worst_emu = 0, worst_ref = 0;
+  uint32_t steps = 0;
+  double us_per_step = 0;
+};
+Agreement gpu_agrees(const dsl::ModelGraph& model, const schedule::Schedule& s, const device::Checkpoint& ckpt,
+                     uint32_t prompt_len, uint32_t tokens, uint32_t seed) {
+  device::RuntimeOptions ro;
+  ro.max_context = prompt_len + tokens + 4;
+  auto gpu = device::make_cuda_backend(s, ckpt, ro);
+  auto emu = device::make_emulator_backend(s, ckpt, ro);
+  device::GenerateOptions go;
+  std::mt19937 rng(seed);
+  const uint64_t vocab = s.tensors[s.logits_tensor].elements();
+  for (uint32_t i = 0; i < prompt_len; ++i) go.prompt.push_back(static_cast<int32_t>(rng() % vocab));
+  go.tokens = tokens;
+  go.keep_logits = true;
+  const auto g = device::generate(*gpu, s, go, ro.max_context);
+  const auto e = device::generate(*emu, s, go, ro.max_context);
+  CHECK(g.tokens == e.tokens);
+  test::ReferenceModel ref(ckpt, test::reference_config(model), ro.max_context);
+  std::vector<int32_t> sequence = go.prompt;
+  sequence.insert(sequence.end(), g.tokens.begin(), g.tokens.end() - 1);
+  Agreement a;
+  size_t off_emu = 0, off_ref = 0;
+  for (size_t step = 0; step < g.logits.size(); ++step) {
+    const double de = test::rel_error(g.logits[step], e.logits[step]), dr = test::rel_error(g.logits[step], ref.step(sequence[step]));
+    off_emu += !(de < 1e-3);
+    off_ref += !(dr < 1e-3);
+    a.worst_emu = std::max(a.worst_emu, de);
+    a.worst_ref = std::max(a.worst_ref, dr);
+  }
+  CHECK(off_emu == 0);
+  CHECK(off_ref == 0);
+  CHECK(a.worst_emu < 1e-3);
+  CHECK(a.worst_ref < 1e-3);
+  a.steps = g.steps;
+  a.us_per_step = g.seconds * 1e6 / g.steps;
+  return a;
+}
+
 TEST_CASE("whole models: CUDA interpreter vs emulator vs the independent reference") {
   const int sms = device::cuda_device_sm_count();
   for (const char* example : {"tiny-llama.yaml", "tiny-qwen3.yaml"}) {
@@ -169,31 +213,10 @@ TEST_CASE("whole models: CUDA interpreter vs emulator vs the independent referen
       // A short prompt, and one past a thousand positions (several batches of KV tiles per split).
       for (const auto& [prompt_len, tokens] : {std::pair{4u, 28u}, std::pair{1100u, 6u}}) {
         CAPTURE(prompt_len);
-        device::RuntimeOptions ro;
-        ro.max_context = prompt_len + tokens + 4;
-        auto gpu = device::make_cuda_backend(plan.schedule, ckpt, ro);
-        auto emu = device::make_emulator_backend(plan.schedule, ckpt, ro);
-        device::GenerateOptions go;
-        std::mt19937 rng(prompt_len);
-        for (uint32_t i = 0; i < prompt_len; ++i) go.prompt.push_back(static_cast<int32_t>(rng() % 300));
-        go.tokens = tokens;
-        go.keep_logits = true;
-        const auto g = device::generate(*gpu, plan.schedule, go, ro.max_context);
-        const auto e = device::generate(*emu, plan.schedule, go, ro.max_context);
-        CHECK(g.tokens == e.tokens);
-        test::ReferenceModel ref(ckpt, test::reference_config(model), ro.max_context);
-        std::vector<int32_t> sequence = go.prompt;
-        sequence.insert(sequence.end(), g.tokens.begin(), g.tokens.end() - 1);
-        double worst_emu = 0, worst_ref = 0;
-        for (size_t step = 0; step < g.logits.size(); ++step) {
-          worst_emu = std::max(worst_emu, test::rel_error(g.logits[step], e.logits[step]));
-          worst_ref = std::max(worst_ref, test::rel_error(g.logits[step], ref.step(sequence[step])));
-        }
-        CHECK(worst_emu < 1e-3);
-        CHECK(worst_ref < 1e-3);
-        MESSAGE(model.name, " (", std::string(planner::policy_name(policy)), ", ", g.steps, " steps after a ", prompt_len,
-                "-token prompt): same greedy tokens as the emulator; worst logit error vs emulator ", worst_emu,
-                ", vs reference ", worst_ref, "; ", g.seconds * 1e6 / g.steps, " us/step");
+        const Agreement a = gpu_agrees(model, plan.schedule, ckpt, prompt_len, tokens, prompt_len);
+        MESSAGE(model.name, " (", std::string(planner::policy_name(policy)), ", ", a.steps, " steps after a ", prompt_len,
+                "-token prompt): same greedy tokens as the emulator; worst logit error vs emulator ", a.worst_emu,
+                ", vs reference ", a.worst_ref, "; ", a.us_per_step, " us/step");
       }
     }
   }
@@ -239,34 +262,14 @@ TEST_CASE("models from config.json on the GPU (GQA ratios 1, 2, 3, 4, 5, 6 and 8
   for (const auto& [what, json] : configs) {
     CAPTURE(what);
     TempDir dir("hf_gpu");
-    fs::create_directories(dir.path);
     std::ofstream(dir.path / "config.json") << json;
     const dsl::ModelGraph model = dsl::import_hf_model(dir.path);
     const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
     device::write_random_checkpoint(plan.schedule, dir.path, 77);
     const device::Checkpoint ckpt = device::Checkpoint::open(dir.path);
-    device::RuntimeOptions ro;
-    ro.max_context = 1108;
-    auto gpu = device::make_cuda_backend(plan.schedule, ckpt, ro);
-    auto emu = device::make_emulator_backend(plan.schedule, ckpt, ro);
-    device::GenerateOptions go;
-    std::mt19937 rng(11);
-    for (uint32_t i = 0; i < 1100; ++i) go.prompt.push_back(static_cast<int32_t>(rng() % 300));
-    go.tokens = 4;
-    go.keep_logits = true;
-    const auto g = device::generate(*gpu, plan.schedule, go, ro.max_context);
-    const auto e = device::generate(*emu, plan.schedule, go, ro.max_context);
-    test::ReferenceModel ref(ckpt, test::reference_config(model), ro.max_context);
-    std::vector<int32_t> sequence = go.prompt;
-    sequence.insert(sequence.end(), g.tokens.begin(), g.tokens.end() - 1);
-    double worst_emu = 0, worst_ref = 0;
-    for (size_t step = 0; step < g.logits.size(); ++step) {
-      worst_emu = std::max(worst_emu, test::rel_error(g.logits[step], e.logits[step]));
-      worst_ref = std::max(worst_ref, test::rel_error(g.logits[step], ref.step(sequence[step])));
-    }
-    CHECK(worst_emu < 1e-3);
-    CHECK(worst_ref < 1e-3);
-    MESSAGE(std::string(what), ": ", g.steps, " steps; worst logit error vs emulator ", worst_emu, ", vs reference ", worst_ref);
+    const Agreement a = gpu_agrees(model, plan.schedule, ckpt, 1100, 4, 11);
+    MESSAGE(std::string(what), ": ", a.steps, " steps; same greedy tokens as the emulator; worst logit error vs emulator ",
+            a.worst_emu, ", vs reference ", a.worst_ref);
   }
 }
 
