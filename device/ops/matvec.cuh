@@ -54,6 +54,7 @@ __device__ inline MatvecTiles gpu_tiles(const schedule::MatvecPayload& p, const 
   MatvecTiles t;
   t.cols = p.cols;
   t.blocks = (p.cols + kStageBytes / 8 - 1) / (kStageBytes / 8);
+  if (p.cols * 2 * 3 <= kStageBytes) t.blocks = 1;  // whole rows where three fit a stage: one bulk copy per tile
   t.block = (p.cols / t.blocks + 7) / 8 * 8;
   t.blocks = (p.cols + t.block - 1) / t.block;
   t.per = kStageBytes / (t.block * 2);
