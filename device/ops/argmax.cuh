@@ -18,21 +18,31 @@ __device__ inline void gpu_run(const schedule::ArgmaxPayload& p, const schedule:
   const float* in = mem.at<const float>(p.in);
   float best = -INFINITY;
   uint32_t index = 0xffffffffu;
-  // Eight independent loads in flight per thread, then the comparisons.
+  auto take = [&](float v, uint32_t i) {
+    if (detail::argmax_better(v, i, best, index)) best = v, index = i;  // NaN never wins
+  };
+  // The logits arrive from L2 at one round trip per batch: 16-byte loads, eight in flight per
+  // thread (60 KB per round trip; with 4-byte loads the 0.5 MB of Llama's logits took 34 round
+  // trips, 24 us), then the comparisons. The tail past a multiple of four (or all of it, if
+  // `in` is not 16-byte aligned) one float at a time.
   constexpr uint32_t kBatch = 8;
-  for (uint32_t base = 0; base < p.count; base += kBatch * kThreads) {
-    float v[kBatch];
+  const bool aligned = reinterpret_cast<uintptr_t>(in) % 16 == 0;
+  const uint32_t n4 = aligned ? p.count / 4 : 0;
+  const float4* in4 = reinterpret_cast<const float4*>(in);
+  for (uint32_t base = 0; base < n4; base += kBatch * kThreads) {
+    float4 v[kBatch];
 #pragma unroll
     for (uint32_t k = 0; k < kBatch; ++k) {
       const uint32_t i = base + k * kThreads + threadIdx.x;
-      v[k] = i < p.count ? load_activation(in + i) : -INFINITY;
+      v[k] = i < n4 ? __ldcg(in4 + i) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
     }
 #pragma unroll
     for (uint32_t k = 0; k < kBatch; ++k) {
       const uint32_t i = base + k * kThreads + threadIdx.x;
-      if (i < p.count && detail::argmax_better(v[k], i, best, index)) best = v[k], index = i;  // NaN never wins
+      if (i < n4) take(v[k].x, 4 * i), take(v[k].y, 4 * i + 1), take(v[k].z, 4 * i + 2), take(v[k].w, 4 * i + 3);
     }
   }
+  for (uint32_t i = 4 * n4 + threadIdx.x; i < p.count; i += kThreads) take(load_activation(in + i), i);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, best, o);
