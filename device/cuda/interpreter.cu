@@ -57,11 +57,14 @@ __device__ __forceinline__ uint64_t global_timer() {
   return t;
 }
 
-// Thread 0 waits for every counter of the instruction; false if the launch is being aborted
-// (this wait timed out, or another SM's did).
+// Warp 0 waits for every counter of the instruction, lane k for waits k, k + 32, ...: the
+// counters are polled side by side, so an op with several waits (attention: its q, k and v
+// chunks) pays one round trip to L2, not one per counter. False in every lane if the launch is
+// being aborted (one of these waits timed out, or another SM's did).
 __device__ bool counter_wait(const KernelParams& p, const schedule::Instruction& inst, uint32_t slot) {
-  const uint32_t generation = p.ctx.generation;
-  for (uint32_t k = 0; k < inst.wait_count; ++k) {
+  const uint32_t generation = p.ctx.generation, lane = threadIdx.x % 32;
+  bool ok = true;
+  for (uint32_t k = lane; ok && k < inst.wait_count; k += 32) {
     const schedule::Wait w = p.waits[inst.wait_begin + k];
     const uint32_t target = w.target * generation;
     if (load_acquire(p.counters + w.counter) >= target) continue;
@@ -74,17 +77,21 @@ __device__ bool counter_wait(const KernelParams& p, const schedule::Instruction&
         __nanosleep(32);
         continue;
       }
-      if (*static_cast<volatile uint32_t*>(&p.error->code) != 0) return false;
+      if (*static_cast<volatile uint32_t*>(&p.error->code) != 0) {
+        ok = false;
+        break;
+      }
       if (global_timer() - start > p.timeout_ns) {
         if (atomicCAS(&p.error->code, 0u, 1u) == 0) {
           *p.error = ErrorRecord{1, blockIdx.x, slot, inst.task, w.counter, value, target, 0};
           __threadfence();
         }
-        return false;
+        ok = false;
+        break;
       }
     }
   }
-  return true;
+  return __all_sync(0xffffffffu, ok);
 }
 
 // Count the instruction done with release semantics: after the block barrier, the release
@@ -171,15 +178,18 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
   }
   BlockContext bc{smem + p.ring_stages * kStageBytes, ring, nullptr};
   const uint32_t begin = p.sm_offsets[blockIdx.x], end = p.sm_offsets[blockIdx.x + 1];
-  // Thread 0 waits for instruction i while thread 32 still signals instruction i - 1: the
+  // Warp 0 waits for instruction i while thread 32 still signals instruction i - 1: the
   // release of one and the acquire of the next overlap instead of queueing on one thread.
   for (uint32_t i = begin; i < end; ++i) {
     if (threadIdx.x < sizeof(schedule::Instruction) / 4)
       reinterpret_cast<uint32_t*>(&inst)[threadIdx.x] = reinterpret_cast<const uint32_t*>(p.instructions + i)[threadIdx.x];
-    if (threadIdx.x == 0) {
-      if (p.trace) p.trace[kTraceSlots * i] = global_timer();
-      go = counter_wait(p, p.instructions[i], i - begin);
-      if (p.trace) p.trace[kTraceSlots * i + 1] = global_timer();
+    if (threadIdx.x < 32) {
+      if (p.trace && threadIdx.x == 0) p.trace[kTraceSlots * i] = global_timer();
+      const bool ok = counter_wait(p, p.instructions[i], i - begin);
+      if (threadIdx.x == 0) {
+        go = ok;
+        if (p.trace) p.trace[kTraceSlots * i + 1] = global_timer();
+      }
     }
     block_sync();
     if (!go) return;
