@@ -94,6 +94,23 @@ __device__ bool counter_wait(const KernelParams& p, const schedule::Instruction&
   return __all_sync(0xffffffffu, ok);
 }
 
+// The weights an instruction's body reads itself, asked of L2 by the compute threads from
+// warp 2 on while warp 0 waits (warp 1 may still be signalling the previous instruction). Out
+// of line, like the bodies: its switch would otherwise cost the kernel's loop registers.
+__device__ __noinline__ void prefetch_body_weights(const schedule::Instruction* inst, void* const* tensors) {
+  const TensorTable mem{tensors};
+  const uint32_t thread = threadIdx.x - 64, threads = kThreads - 64;
+  switch (static_cast<schedule::Opcode>(inst->opcode)) {
+#define MK_OP(name, code, payload)                                                       \
+  case schedule::Opcode::name:                                                           \
+    gpu_prefetch(schedule::payload_as<schedule::payload>(*inst), mem, thread, threads); \
+    break;
+#include "schedules/op_table.def"
+#undef MK_OP
+    default: break;
+  }
+}
+
 // Count the instruction done with release semantics: after the block barrier, the release
 // makes every thread's writes visible device-wide before the increment is.
 __device__ void counter_signal(const KernelParams& p, const schedule::Instruction& inst) {
@@ -190,6 +207,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
         go = ok;
         if (p.trace) p.trace[kTraceSlots * i + 1] = global_timer();
       }
+    } else if (threadIdx.x >= 64) {
+      prefetch_body_weights(p.instructions + i, p.tensors.base);
     }
     block_sync();
     if (!go) return;

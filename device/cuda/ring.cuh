@@ -118,6 +118,20 @@ __device__ NoTiles gpu_tiles(const Payload&, const schedule::StepContext&, const
   return {};
 }
 
+// Weights an op body reads itself rather than through the ring (norm weights, biases) do not
+// depend on the step either: while warp 0 waits for the instruction's counters, the other
+// compute warps ask L2 for them (gpu_prefetch(payload, mem, thread, threads) with `threads`
+// threads taking part), so that the body's loads after the wait find them there instead of
+// going to memory. Ops that read none get this one.
+template <class Payload>
+__device__ void gpu_prefetch(const Payload&, const TensorTable&, uint32_t, uint32_t) {}
+
+// `bytes` from p into L2, one 128-byte line per thread in turn; kept there ahead of the stream.
+__device__ __forceinline__ void prefetch_lines(const void* p, uint64_t bytes, uint32_t thread, uint32_t threads) {
+  for (uint64_t off = uint64_t{thread} * 128; off < bytes; off += uint64_t{threads} * 128)
+    asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(static_cast<const char*>(p) + off));
+}
+
 // Scratch shared memory of ops that declare none: a few reduction slots.
 template <class Payload>
 inline uint32_t gpu_shared_bytes(const Payload&) {

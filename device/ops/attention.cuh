@@ -54,6 +54,13 @@ __device__ inline AttentionTiles gpu_tiles(const schedule::AttentionPayload& p, 
           ctx.pos, ctx.max_context, p.head_dim, attention_tile_positions(p.head_dim)};
 }
 
+// The q and k norm weights, read in the set-up after the wait (see ring.cuh).
+__device__ inline void gpu_prefetch(const schedule::AttentionPayload& p, const TensorTable& mem, uint32_t thread,
+                                    uint32_t threads) {
+  for (const uint32_t w : {p.q_norm, p.k_norm})
+    if (w != schedule::kNone) prefetch_lines(mem.at<const uint16_t>(w), uint64_t{p.head_dim} * 2, thread, threads);
+}
+
 // Shared memory: q as the tensor cores take it (16 rows of bf16), cos/sin, q, k and v in f32,
 // the current k and v in bf16, then each attending warp's output, max and sum per head (and the
 // current position's score as one more slot).

@@ -75,6 +75,18 @@ __device__ inline MatvecTiles gpu_tiles(const schedule::MatvecPayload& p, const 
   return t;
 }
 
+// The norm weight and this task's rows of each bias, read after the wait (see ring.cuh).
+__device__ inline void gpu_prefetch(const schedule::MatvecPayload& p, const TensorTable& mem, uint32_t thread,
+                                    uint32_t threads) {
+  if (p.norm != schedule::kNone) prefetch_lines(mem.at<const uint16_t>(p.norm), uint64_t{p.cols} * 2, thread, threads);
+  uint32_t first = 0;
+  for (uint32_t i = 0; i < p.weight_count && i < 3; first = p.weight_row_end[i++]) {
+    const uint32_t a = max(first, p.row_begin), b = min(p.weight_row_end[i], p.row_end);
+    if (p.bias[i] != schedule::kNone && a < b)
+      prefetch_lines(mem.at<const uint16_t>(p.bias[i]) + (a - first), uint64_t{b - a} * 2, thread, threads);
+  }
+}
+
 namespace detail {
 
 // Sums a0..a3 over the warp in 6 shuffles; lane 8*i ends with the sum of a_i.
