@@ -278,9 +278,15 @@ TEST_CASE("the watchdog turns a wait that can never be met into a report, and th
   const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/tiny-llama.yaml");
   planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
   schedule::Schedule broken = plan.schedule;  // not re-verified: the test skips the planner's proof
-  uint32_t victim = 0;
-  while (broken.instructions[victim].wait_count == 0) ++victim;
-  schedule::Wait& w = broken.waits[broken.instructions[victim].wait_begin];
+  // Warp 0 polls an instruction's counters side by side, lane k the k-th: break the only wait
+  // of one instruction, or the last of several (the attention's), polled by another lane.
+  uint32_t victim = 0, minimum_waits = 1;
+  SUBCASE("an instruction's only wait") {}
+  SUBCASE("the last of an instruction's several waits") { minimum_waits = 2; }
+  while (victim < broken.instructions.size() && broken.instructions[victim].wait_count < minimum_waits) ++victim;
+  REQUIRE(victim < broken.instructions.size());
+  const schedule::Instruction& vi = broken.instructions[victim];
+  schedule::Wait& w = broken.waits[vi.wait_begin + (minimum_waits == 1 ? 0 : vi.wait_count - 1)];
   w.target += 1;
   TempDir dir("watchdog");
   device::write_random_checkpoint(plan.schedule, dir.path, 7);
