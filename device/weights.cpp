@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "common/checked_json.hpp"
+#include "common/input_file.hpp"
 #include "common/output_file.hpp"
 #include "device/bf16.hpp"
 #include "schedules/limits.hpp"
@@ -209,13 +210,12 @@ std::vector<CheckpointTensor> parse_safetensors(const MappedFile& m) {
 }
 
 json read_json_file(const fs::path& file) {
-  std::error_code ec;
-  if (!fs::is_regular_file(file, ec)) fail(file, "not a regular file");  // before opening: a FIFO would block
-  std::ifstream f(file, std::ios::binary);
-  if (!f) fail(file, "cannot open");
-  const uintmax_t size = fs::file_size(file, ec);
-  if (ec || size > limits::kMaxTextBytes) fail(file, "larger than the limit of ", limits::kMaxTextBytes, " bytes");
-  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string text;
+  try {
+    text = io::read_input_file(file, limits::kMaxTextBytes);
+  } catch (const io::InputError& e) {
+    fail(file, e.what());
+  }
   return parse_json(file, "bad JSON", text);
 }
 

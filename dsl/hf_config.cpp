@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/checked_json.hpp"
+#include "common/input_file.hpp"
 #include "dsl/model.hpp"
 #include "schedules/limits.hpp"
 #include "schedules/ops/attention.hpp"
@@ -25,18 +26,16 @@ constexpr std::array<const char*, 4> kArchitectures = {"LlamaForCausalLM", "Mist
 [[noreturn]] void fail(const std::string& file, const std::string& message) { throw Error({file, 0, 0}, message); }
 
 json read_json(const fs::path& file) {
-  std::error_code ec;
-  if (!fs::is_regular_file(file, ec)) fail(file.string(), "no config.json here (a checkpoint folder holds one)");
-  const uintmax_t size = fs::file_size(file, ec);
-  if (ec || size > limits::kMaxTextBytes)
-    fail(file.string(), "larger than the limit of " + std::to_string(limits::kMaxTextBytes) + " bytes");
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail(file.string(), "cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
+  std::string text;
+  try {
+    text = io::read_input_file(file, limits::kMaxTextBytes);
+  } catch (const io::InputError& e) {
+    const bool absent = e.problem == io::InputProblem::missing || e.problem == io::InputProblem::not_regular;
+    fail(file.string(), absent ? std::string("no config.json here (a checkpoint folder holds one)") : e.what());
+  }
   json j;
   try {
-    j = io::parse_checked_json(text.str(), limits::kMaxNesting);
+    j = io::parse_checked_json(text, limits::kMaxNesting);
   } catch (const io::JsonError& e) {
     fail(file.string(), e.syntax ? std::string("not valid JSON") : e.what());
   }

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/input_file.hpp"
 #include "dsl/expr.hpp"
 #include "dsl/model.hpp"
 #include "schedules/limits.hpp"
@@ -430,17 +431,15 @@ ModelGraph parse_string(const std::string& yaml, const std::string& file_name) {
 }
 
 ModelGraph parse_file(const std::filesystem::path& path) {
-  // Regular files only, checked before opening (a FIFO would block, /dev/zero never end).
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw Error({path.string(), 0, 0}, "cannot open the model file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error({path.string(), 0, 0}, "cannot open the model file");
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec || size > limits::kMaxTextBytes)
-    throw Error({path.string(), 0, 0}, "the model file is larger than " + std::to_string(limits::kMaxTextBytes) + " bytes");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_string(text.str(), path.string());
+  std::string text;
+  try {
+    text = io::read_input_file(path, limits::kMaxTextBytes);
+  } catch (const io::InputError& e) {
+    throw Error({path.string(), 0, 0}, e.problem == io::InputProblem::too_large
+                                           ? "the model file is larger than " + std::to_string(limits::kMaxTextBytes) + " bytes"
+                                           : std::string("cannot open the model file"));
+  }
+  return parse_string(text, path.string());
 }
 
 }  // namespace mk::dsl

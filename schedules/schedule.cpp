@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/input_file.hpp"
 #include "common/output_file.hpp"
 #include "schedules/limits.hpp"
 #include "schedules/payload_checks.hpp"
@@ -305,21 +306,13 @@ void write_file(const Schedule& s, const std::filesystem::path& path) {
 }
 
 Schedule read_file(const std::filesystem::path& path) {
-  // A regular file of bounded size, checked before opening: opening a FIFO would block, and
-  // reading /dev/zero would never end.
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw ScheduleError(path.string() + ": cannot open");
-  if (!std::filesystem::is_regular_file(path, ec)) throw ScheduleError(path.string() + ": not a regular file");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw ScheduleError(path.string() + ": cannot open");
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec || size > limits::kMaxScheduleBytes)
-    throw ScheduleError(path.string() + ": larger than the limit of " + std::to_string(limits::kMaxScheduleBytes) +
-                        " bytes for a schedule");
-  std::vector<uint8_t> bytes(static_cast<size_t>(size));
-  f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (static_cast<uintmax_t>(f.gcount()) != size) throw ScheduleError(path.string() + ": read failed");
-  return deserialize(bytes, path.string());
+  std::string text;
+  try {
+    text = io::read_input_file(path, limits::kMaxScheduleBytes);
+  } catch (const io::InputError& e) {
+    throw ScheduleError(path.string() + ": " + e.what() + (e.problem == io::InputProblem::too_large ? " for a schedule" : ""));
+  }
+  return deserialize(std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()), path.string());
 }
 
 std::string expect_tensor(const Schedule& s, uint32_t id, const char* field, DType dtype, uint64_t elements,

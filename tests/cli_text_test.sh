@@ -59,6 +59,11 @@ check_mktoken() {
   run "$MKTOKEN" w "a<|eot_id|>" --no-add-special --no-parse-special
   expect "--no-parse-special gave '$(cat stdout)'" test "$(tr ',' '\n' <stdout | wc -l)" -gt 2
   finish "mktoken encodes TEXT and --file, decodes --decode (with and without special tokens)"
+  begin
+  mkfifo prompt.fifo
+  run "$MKTOKEN" w --file prompt.fifo
+  clean_error mktoken "prompt.fifo: not a regular file"
+  finish "mktoken --file on a FIFO: refused at once instead of blocking"
 }
 
 check_mktoken_real() {

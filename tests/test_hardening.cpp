@@ -18,10 +18,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/input_file.hpp"
 #include "common/output_file.hpp"
 #include "device/bf16.hpp"
 #include "device/runtime.hpp"
 #include "device/weights.hpp"
+#include "dsl/hf_config.hpp"
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
 #include "schedules/limits.hpp"
@@ -204,6 +206,25 @@ TEST_CASE("hardening: no input makes a reader loop or block: YAML documents, rep
   REQUIRE(mkfifo((dir2.path / "model.safetensors").c_str(), 0600) == 0);
   CHECK(open_error(dir2.path) ==
         (dir2.path / "model.safetensors").string() + ": not a regular file");
+  // The one reader behind them all (common/input_file.hpp): each problem named, none blocks.
+  TempDir dir3;
+  REQUIRE(mkfifo((dir3.path / "prompt.fifo").c_str(), 0600) == 0);
+  auto problem_of = [](const std::filesystem::path& p, uint64_t limit) {
+    try {
+      (void)mk::io::read_input_file(p, limit);
+    } catch (const mk::io::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(problem_of(dir3.path / "prompt.fifo", 1000) == "not a regular file");
+  CHECK(problem_of("/dev/zero", 1000) == "not a regular file");
+  CHECK(problem_of(dir3.path / "absent.txt", 1000) == "cannot open");
+  std::ofstream(dir3.path / "five.txt") << "12345";
+  CHECK(problem_of(dir3.path / "five.txt", 4) == "larger than the limit of 4 bytes");
+  CHECK(mk::io::read_input_file(dir3.path / "five.txt", 5) == "12345");
+  REQUIRE(mkfifo((dir3.path / "config.json").c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(mk::dsl::import_hf_model(dir3.path), doctest::Contains("no config.json here"));
   // "Billion laughs": ten levels of ten aliases name 10^10 config entries in eleven lines. The
   // walk stops at the limit, inside the innermost alias (l0).
   std::string laughs = "model: m\nconfig:\n  l0: &l0 {a: 1}\n";

@@ -3,16 +3,15 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/checked_json.hpp"
+#include "common/input_file.hpp"
 #include "schedules/limits.hpp"
 #include "tokenizer/chat.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -24,12 +23,13 @@ inline std::filesystem::path checkpoint_folder(const std::filesystem::path& weig
   return std::filesystem::is_directory(weights) ? weights : weights.parent_path().empty() ? "." : weights.parent_path();
 }
 
+// A prompt or a small JSON file: a regular file of at most kMaxTextBytes (common/input_file.hpp).
 inline std::string read_text_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(path + ": cannot open");
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
+  try {
+    return io::read_input_file(path, limits::kMaxTextBytes);
+  } catch (const io::InputError& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
 }
 
 // eos_token_id from generation_config.json, else config.json (an id or a list of ids); empty
