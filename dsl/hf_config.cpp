@@ -2,10 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <sstream>
 
 #include "common/checked_json.hpp"
@@ -20,8 +20,22 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-constexpr std::array<const char*, 4> kArchitectures = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                                       "Qwen3ForCausalLM"};
+// The families planned from a config.json: the architecture class and its model_type.
+struct Family {
+  const char* architecture;
+  const char* model_type;
+};
+constexpr std::array<Family, 4> kFamilies = {{{"LlamaForCausalLM", "llama"},
+                                              {"MistralForCausalLM", "mistral"},
+                                              {"Qwen2ForCausalLM", "qwen2"},
+                                              {"Qwen3ForCausalLM", "qwen3"}}};
+
+// One field of every family, comma-separated.
+std::string family_list(const char* Family::*field) {
+  std::string out;
+  for (const Family& k : kFamilies) out += (out.empty() ? "" : ", ") + std::string(k.*field);
+  return out;
+}
 
 [[noreturn]] void fail(const std::string& file, const std::string& message) { throw Error({file, 0, 0}, message); }
 
@@ -140,22 +154,16 @@ HfConfig read_hf_config(const fs::path& path) {
       f.fail_field("architectures", "must be a list of class names, found " + a.dump());
     c.architecture = a[0].get<std::string>();
   } else if (auto t = f.text("model_type")) {
-    const std::map<std::string, std::string> by_type = {{"llama", "LlamaForCausalLM"},
-                                                        {"mistral", "MistralForCausalLM"},
-                                                        {"qwen2", "Qwen2ForCausalLM"},
-                                                        {"qwen3", "Qwen3ForCausalLM"}};
-    auto it = by_type.find(*t);
-    if (it == by_type.end()) f.fail_field("model_type", "is '" + *t + "'; supported: llama, mistral, qwen2, qwen3");
-    c.architecture = it->second;
+    const auto it = std::find_if(kFamilies.begin(), kFamilies.end(), [&](const Family& k) { return *t == k.model_type; });
+    if (it == kFamilies.end())
+      f.fail_field("model_type", "is '" + *t + "'; supported: " + family_list(&Family::model_type));
+    c.architecture = it->architecture;
   } else {
     fail(where, "missing 'architectures' (and 'model_type'): cannot tell the model family");
   }
-  bool known = false;
-  for (const char* a : kArchitectures) known = known || c.architecture == a;
-  if (!known)
-    f.fail_field("architectures", "is '" + c.architecture +
-                                      "'; supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM "
-                                      "(dense decoders)");
+  if (std::none_of(kFamilies.begin(), kFamilies.end(), [&](const Family& k) { return c.architecture == k.architecture; }))
+    f.fail_field("architectures", "is '" + c.architecture + "'; supported: " + family_list(&Family::architecture) +
+                                      " (dense decoders)");
   const bool llama = c.architecture == "LlamaForCausalLM", qwen2 = c.architecture == "Qwen2ForCausalLM",
              qwen3 = c.architecture == "Qwen3ForCausalLM";
 
