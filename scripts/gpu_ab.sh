@@ -5,13 +5,16 @@
 # Each BIN holds mkplan and mkbench (and, for a candidate, mk_gpu_tests); build them here with
 # scripts/gpu_build.sh and copy each aside. Logs go to $LOG (default $OUT, else out/ab). SPECS
 # lists "model context" pairs (default: the benchmark's four rows); TESTS=0 skips the tests;
-# TRACE=1 also writes each candidate's trace summary per spec. Prints one line per build and spec.
+# TRACE=1 also writes each candidate's trace summary per spec. Prints one line per build and spec,
+# also to $LOG/gpu_ab.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: $0 BASE_BIN CAND_BIN [CAND_BIN ...]" >&2; exit 2; }
 bins=("$@")
 LOG=${LOG:-${OUT:-out/ab}}
 mkdir -p "$LOG"
+rm -rf /tmp/mk-ab  # plans are made by each build's own mkplan, afresh in every call
+exec > >(tee "$LOG/gpu_ab.log") 2>&1  # what it prints also comes back as a file
 export MK_SOURCE_DIR=$PWD
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader
 name() { echo "$(basename "$1") ($(cat "$1/COMMIT" 2>/dev/null || echo "no COMMIT"))"; }
