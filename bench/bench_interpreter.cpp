@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
       // attention reads every cached position of k and v once
       if (t.role == schedule::Role::kv_cache) kv_bytes += t.elements() * 2.0 * context;
     }
-    const double floor_us = (weight_bytes + kv_bytes) / 4.58e12 * 1e6;
+    const double floor_us = (weight_bytes + kv_bytes) / schedule::kStreamBytesPerUs;
     const double predicted = schedule::predict_step_us(s, context);
     double sequence = 0;
     const double full = median(run(s, context, reps, trace, &sequence));

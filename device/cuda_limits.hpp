@@ -2,9 +2,8 @@
 // schedule::kMaxGroup q heads per kv head and head_dim a multiple of 16 up to
 // schedule::kMaxHeadDim (the tensor cores take q as 2 x kMaxGroup rows and 16 dimensions per
 // step; the output is held in registers sized by the head). A schedule past them plans and runs
-// on the emulator; the CUDA backend and the CUDA executor refuse it with this message
-// (std::runtime_error) before allocating anything. Header-only: the CUDA library and the
-// runtime both call it.
+// on the emulator; the CUDA executor refuses it with this message (std::runtime_error) before
+// allocating anything. Header-only, so that the CPU tests check the message without CUDA.
 #pragma once
 #include <stdexcept>
 #include <string>

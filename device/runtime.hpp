@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "common/output_file.hpp"
-#include "device/cuda_limits.hpp"
 #include "device/emulator.hpp"
 #include "device/trace.hpp"
 #include "device/weights.hpp"

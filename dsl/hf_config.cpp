@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
-#include <cmath>
 #include <sstream>
 
 #include "common/checked_json.hpp"
@@ -56,7 +54,6 @@ json read_json(const fs::path& file) {
   if (!j.is_object()) fail(file.string(), "expected a JSON object");
   return j;
 }
-
 
 // Field readers: a missing (or null) field gives nullopt; a present one of the wrong type fails.
 class Fields {

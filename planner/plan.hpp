@@ -17,7 +17,7 @@ Policy policy_by_name(const std::string&);  // throws std::invalid_argument
 const char* policy_name(Policy);
 
 struct PlanOptions {
-  uint32_t sm_count = 132;
+  uint32_t sm_count = schedule::kDefaultSmCount;
   Policy policy = Policy::round_robin;
 };
 

@@ -10,6 +10,7 @@
 
 #include "dsl/model.hpp"
 #include "schedules/schedule.hpp"
+#include "schedules/target.hpp"
 
 namespace mk::planner {
 
@@ -41,13 +42,13 @@ struct Program {
   std::map<std::string, uint32_t, std::less<>> tensor_ids;
   std::vector<OpInfo> ops;  // a topological order of the dataflow
   uint32_t logits = schedule::kNone, token = schedule::kNone;
-  uint32_t sm_count = 132;  // what split, chunks and kv_splits are chosen for when the model leaves them out
+  uint32_t sm_count = schedule::kDefaultSmCount;  // what split, chunks and kv_splits are chosen for when the model leaves them out
 
   uint32_t find(std::string_view name) const;  // kNone when absent
 };
 
 // `sm_count` chooses split, chunks and kv_splits where the model leaves them out.
-Program analyze(const dsl::ModelGraph&, uint32_t sm_count = 132);
+Program analyze(const dsl::ModelGraph&, uint32_t sm_count = schedule::kDefaultSmCount);
 
 // kv_splits when the attention op leaves it out: enough (kv head, split) units to give every
 // SM one, at most 64.

@@ -63,7 +63,7 @@ std::string summary(const Plan& p) {
   o << "instructions per SM:   " << min_median_max(per_sm) << "\n";
   o << "MB moved per SM:       " << min_median_max(mb_per_sm) << " (" << total_mb << " MB in all)\n";
   o << "critical path:         " << p.stats.critical_path_tasks << " tasks, " << p.stats.critical_path_us
-    << " us by the cost model (floor at full bandwidth " << total_mb / 4.58e6 * 1e6 << " us)\n";
+    << " us by the cost model (floor at full bandwidth " << total_mb * 1e6 / schedule::kStreamBytesPerUs << " us)\n";
   o << "predicted step:        ";
   for (uint32_t context : {32u, 512u, 8192u})
     o << schedule::predict_step_us(s, context) << " us at context " << context << (context == 8192 ? "" : ", ");

@@ -7,11 +7,12 @@
 
 #include "schedules/ops.hpp"
 #include "schedules/schedule.hpp"
+#include "schedules/target.hpp"
 
 namespace mk::schedule {
 
 struct CostModel {
-  double stream_bytes_per_us = 4.58e6 / 132;  // one SM's share of the weight stream (4.58 TB/s)
+  double stream_bytes_per_us = kStreamBytesPerUs / kDefaultSmCount;  // one SM's share of the weight stream
   double input_bytes_per_us = 20e3;            // an activation vector read from L2 by one SM
   double task_us = 2.4;     // per instruction: its first round trip (matvec input 1.3 us), epilogue and signal (1.4)
   double latency_us = 2.0;  // from the last signal to the waiting SM running (waits of 1.6-2.0 us when producers end together)

@@ -15,6 +15,7 @@
 #include <string>
 #include <tuple>
 
+#include "device/cuda_limits.hpp"
 #include "device/runtime.hpp"
 #include "device/weights.hpp"
 #include "dsl/hf_config.hpp"

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
       "Lowers every op into tasks, derives counter-based dependencies, assigns tasks to per-SM\n"
       "queues, proves the schedule deadlock-free and writes it as a binary file for mkrun."};
   std::string model_path, out_path, dot_path, policy = "round-robin", dot_level = "op";
-  uint32_t sms = 132;
+  uint32_t sms = mk::schedule::kDefaultSmCount;
   bool quiet = false;
   std::string emit_yaml;
   app.add_option("model", model_path, "model YAML (see examples/), or a checkpoint folder (or its config.json) to import")->required();
