@@ -15,9 +15,10 @@ inline uint32_t gpu_shared_bytes(const schedule::MatvecPayload& p) {
 }
 
 // The task's weights as ring tiles, in order: each weight segment's rows, whole rows per tile
-// while a row fits a stage, else each row in stage-sized pieces. A segment is (weight, its
-// first row, rows, accumulator row); accumulator rows are output row - row_begin, plus `rows`
-// for silu_mul's up projection. Tiles are addressed by index so that a warp can go straight
+// where three rows fit a stage (one bulk copy per tile), else groups of four rows cut into
+// near-equal column blocks of at most 2048 columns (a bulk copy per row piece). A segment is
+// (weight, its first row, rows, accumulator row); accumulator rows are output row - row_begin,
+// plus `rows` for silu_mul's up projection. Tiles are addressed by index so that a warp can go straight
 // to its own (a generator walked by every warp cost a division and spills per tile), from a
 // description built once per instruction (rebuilt per tile, its loads slowed the producer).
 // Segments sit at the index of their weight (silu_mul: gate 0, up 1), empty ones with no
@@ -53,9 +54,9 @@ struct MatvecTiles {
 __device__ inline MatvecTiles gpu_tiles(const schedule::MatvecPayload& p, const schedule::StepContext&, const TensorTable& mem) {
   MatvecTiles t;
   t.cols = p.cols;
-  t.blocks = (p.cols + kStageBytes / 8 - 1) / (kStageBytes / 8);
-  if (p.cols * 2 * 3 <= kStageBytes) t.blocks = 1;  // whole rows where three fit a stage: one bulk copy per tile
-  t.block = (p.cols / t.blocks + 7) / 8 * 8;
+  constexpr uint32_t kMaxBlock = kStageBytes / 8;  // columns of a cut row's block: four rows per tile
+  const uint32_t cut = p.cols * 2 * 3 <= kStageBytes ? 1 : (p.cols + kMaxBlock - 1) / kMaxBlock;
+  t.block = (p.cols / cut + 7) / 8 * 8;  // near-equal blocks, whole 16-byte chunks
   t.blocks = (p.cols + t.block - 1) / t.block;
   t.per = kStageBytes / (t.block * 2);
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);

@@ -4,12 +4,15 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 
 #include "tests/step_context.hpp"
 #include "device/bf16.hpp"
@@ -222,44 +225,55 @@ TEST_CASE("whole models: CUDA interpreter vs emulator vs the independent referen
   }
 }
 
-TEST_CASE("models from config.json on the GPU (GQA ratios 1, 2, 3, 4, 5, 6 and 8, head_dim 16, 64, 80, 96, 112 and 128, biases, q/k norm) after a 1100-token prompt") {
+namespace {
+
+// A tiny config.json of one family (head_dim 0: left out, hidden / heads), and what it tests in
+// words, both from the same fields.
+struct TinyConfig {
+  const char* arch;
+  int hidden, inter, heads, kv_heads, head_dim, layers, vocab;
+  double eps, theta;
+  bool tied;
+  const char* extra = "";  // more fields, as JSON
+};
+std::string config_json(const TinyConfig& c) {
+  std::ostringstream o;
+  o << R"({"architectures": [")" << c.arch << R"("], "hidden_size": )" << c.hidden << R"(, "intermediate_size": )" << c.inter
+    << R"(, "num_attention_heads": )" << c.heads << R"(, "num_key_value_heads": )" << c.kv_heads;
+  if (c.head_dim) o << R"(, "head_dim": )" << c.head_dim;
+  o << R"(, "num_hidden_layers": )" << c.layers << R"(, "vocab_size": )" << c.vocab << R"(, "rms_norm_eps": )" << c.eps
+    << R"(, "rope_theta": )" << c.theta << R"(, "tie_word_embeddings": )" << (c.tied ? "true" : "false")
+    << (*c.extra ? ", " : "") << c.extra << "}";
+  return o.str();
+}
+std::string describe(const TinyConfig& c) {
+  std::string family = c.arch;
+  family = family.substr(0, family.find("For"));
+  std::transform(family.begin(), family.end(), family.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  std::ostringstream o;
+  o << family << ", " << c.heads << " heads over " << c.kv_heads << " (ratio " << c.heads / c.kv_heads << "), head_dim "
+    << (c.head_dim ? c.head_dim : c.hidden / c.heads) << (c.head_dim ? "" : " from hidden / heads")
+    << (family == "qwen3" ? ", q/k norm" : family == "qwen2" ? ", q/k/v biases" : "") << ", vocab " << c.vocab;
+  return o.str();
+}
+
+}  // namespace
+
+TEST_CASE("models from config.json on the GPU (GQA ratios 1, 2, 3, 4, 5, 6 and 8, head_dim 16, 64, 80, 96, 112 and 128, biases, q/k norm, a vocabulary not a multiple of four) after a 1100-token prompt") {
   const int sms = device::cuda_device_sm_count();
-  const std::pair<const char*, const char*> configs[] = {
-      {"llama, 6 heads over 2 (ratio 3), head_dim 128",
-       R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 384, "intermediate_size": 512, "num_attention_heads": 6,
-           "num_key_value_heads": 2, "head_dim": 128, "num_hidden_layers": 2, "vocab_size": 320, "rms_norm_eps": 1e-05,
-           "rope_theta": 500000.0, "tie_word_embeddings": false})"},
-      {"qwen3, 8 heads over 2 (ratio 4), head_dim 128, q/k norm",
-       R"({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 256, "intermediate_size": 384, "num_attention_heads": 8,
-           "num_key_value_heads": 2, "head_dim": 128, "num_hidden_layers": 2, "vocab_size": 320, "rms_norm_eps": 1e-06,
-           "rope_theta": 1000000, "tie_word_embeddings": true})"},
-      {"qwen2, 12 heads over 2 (ratio 6), head_dim 64, q/k/v biases",
-       R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 768, "intermediate_size": 512, "num_attention_heads": 12,
-           "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 300, "rms_norm_eps": 1e-06,
-           "rope_theta": 1000000.0, "tie_word_embeddings": true})"},
-      {"mistral, 8 heads over 2 (ratio 4), head_dim 128 from hidden / heads",
-       R"({"architectures": ["MistralForCausalLM"], "hidden_size": 1024, "intermediate_size": 512, "num_attention_heads": 8,
-           "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 384, "rms_norm_eps": 1e-05,
-           "rope_theta": 1000000.0, "sliding_window": 4096, "tie_word_embeddings": false})"},
+  const TinyConfig configs[] = {
+      {"LlamaForCausalLM", 384, 512, 6, 2, 128, 2, 320, 1e-5, 500000, false},
+      {"Qwen3ForCausalLM", 256, 384, 8, 2, 128, 2, 320, 1e-6, 1e6, true},
+      {"Qwen2ForCausalLM", 768, 512, 12, 2, 0, 1, 301, 1e-6, 1e6, true},
+      {"MistralForCausalLM", 1024, 512, 8, 2, 0, 1, 384, 1e-5, 1e6, false, R"("sliding_window": 4096)"},
       // Head widths whose rows are not whole 128-byte lines (the cache layout's other cases).
-      {"llama, 10 heads over 2 (ratio 5), head_dim 80",
-       R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 320, "intermediate_size": 512, "num_attention_heads": 10,
-           "num_key_value_heads": 2, "head_dim": 80, "num_hidden_layers": 1, "vocab_size": 320, "rms_norm_eps": 1e-05,
-           "rope_theta": 10000.0, "tie_word_embeddings": false})"},
-      {"llama, 16 heads over 2 (ratio 8), head_dim 96",
-       R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 512, "intermediate_size": 512, "num_attention_heads": 16,
-           "num_key_value_heads": 2, "head_dim": 96, "num_hidden_layers": 1, "vocab_size": 320, "rms_norm_eps": 1e-05,
-           "rope_theta": 10000.0, "tie_word_embeddings": true})"},
-      {"mistral, 4 heads over 2 (ratio 2), head_dim 112",
-       R"({"architectures": ["MistralForCausalLM"], "hidden_size": 256, "intermediate_size": 384, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "head_dim": 112, "num_hidden_layers": 1, "vocab_size": 320, "rms_norm_eps": 1e-05,
-           "rope_theta": 1000000.0, "tie_word_embeddings": false})"},
-      {"qwen3, 4 heads over 4 (ratio 1), head_dim 16, q/k norm",
-       R"({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4,
-           "num_key_value_heads": 4, "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 320, "rms_norm_eps": 1e-06,
-           "rope_theta": 1000000, "tie_word_embeddings": true})"},
+      {"LlamaForCausalLM", 320, 512, 10, 2, 80, 1, 320, 1e-5, 10000, false},
+      {"LlamaForCausalLM", 512, 512, 16, 2, 96, 1, 320, 1e-5, 10000, true},
+      {"MistralForCausalLM", 256, 384, 4, 2, 112, 1, 320, 1e-5, 1e6, false},
+      {"Qwen3ForCausalLM", 128, 256, 4, 4, 16, 2, 320, 1e-6, 1e6, true},
   };
-  for (const auto& [what, json] : configs) {
+  for (const TinyConfig& config : configs) {
+    const std::string what = describe(config), json = config_json(config);
     CAPTURE(what);
     TempDir dir("hf_gpu");
     std::ofstream(dir.path / "config.json") << json;
@@ -268,8 +282,40 @@ TEST_CASE("models from config.json on the GPU (GQA ratios 1, 2, 3, 4, 5, 6 and 8
     device::write_random_checkpoint(plan.schedule, dir.path, 77);
     const device::Checkpoint ckpt = device::Checkpoint::open(dir.path);
     const Agreement a = gpu_agrees(model, plan.schedule, ckpt, 1100, 4, 11);
-    MESSAGE(std::string(what), ": ", a.steps, " steps; same greedy tokens as the emulator; worst logit error vs emulator ",
+    MESSAGE(what, ": ", a.steps, " steps; same greedy tokens as the emulator; worst logit error vs emulator ",
             a.worst_emu, ", vs reference ", a.worst_ref);
+  }
+}
+
+TEST_CASE("argmax on the GPU: a vocabulary not a multiple of four, the largest value anywhere, the lowest index on ties, NaN never") {
+  const int sms = device::cuda_device_sm_count();
+  TempDir dir("argmax");
+  std::ofstream(dir.path / "config.json") << config_json({"LlamaForCausalLM", 64, 128, 2, 1, 32, 1, 333, 1e-5, 10000, true});
+  const planner::Plan plan = plan_example(dsl::import_hf_model(dir.path), static_cast<uint32_t>(sms));
+  uint32_t op = 0;
+  while (op < plan.schedule.ops.size() && plan.schedule.ops[op].opcode != schedule::Opcode::argmax) ++op;
+  REQUIRE(op < plan.schedule.ops.size());
+  const schedule::Schedule s = single_op(plan.schedule, op, static_cast<uint32_t>(sms));
+  const auto& pl = schedule::payload_as<schedule::ArgmaxPayload>(s.instructions.at(0));
+  REQUIRE(pl.count == 333);  // 83 float4 and a tail of one
+  device::ExecutorOptions eo;
+  eo.max_context = 8;
+  eo.exact_sm_count = false;
+  device::CudaExecutor gpu(s, eo);
+  // The planted maximum: in the tail, in the last float4, in the first, in the middle.
+  for (const uint32_t planted : {332u, 331u, 328u, 0u, 3u, 201u}) {
+    CAPTURE(planted);
+    HostState cpu(s, eo.max_context, 900 + planted);
+    float* logits = reinterpret_cast<float*>(cpu.bytes[pl.in].data());
+    logits[planted] = 100;
+    for (uint32_t i = planted + 1; i < pl.count; i += 97) logits[i] = 100;  // ties: the lowest index wins
+    if (planted != 332) logits[332] = std::nanf("");                       // NaN never wins
+    std::memset(cpu.bytes[pl.out].data(), 0xff, cpu.bytes[pl.out].size());  // -1 unless written
+    for (uint32_t t = 0; t < s.tensors.size(); ++t) gpu.upload(t, cpu.bytes[t].data(), cpu.bytes[t].size());
+    gpu.step(1, 0);
+    int32_t token = -1;
+    gpu.download(pl.out, &token, sizeof token);
+    CHECK(token == static_cast<int32_t>(planted));
   }
 }
 
