@@ -26,10 +26,13 @@ constexpr uint32_t kSequence = 64;  // steps launched back to back, tokens fed o
 
 // Median step time of `reps` single launches at position context - 1; with `sequence`, also the
 // mean of kSequence steps launched back to back from `context` on (as mkrun runs them).
+uint32_t g_stages = 0;  // --stages
+
 std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t reps, const std::string& trace = "",
                         double* sequence = nullptr) {
   device::ExecutorOptions eo;
   eo.max_context = context + kSequence;
+  eo.ring_stages = g_stages;
   device::CudaExecutor exec(s, eo);
   for (uint32_t t = 0; t < s.tensors.size(); ++t) {
     const schedule::Tensor& tensor = s.tensors[t];
@@ -77,6 +80,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--reps", reps, "timed steps")->capture_default_str();
   app.add_option("--trace", trace, "also trace one step: writes PREFIX.json (Chrome/Perfetto) and PREFIX.svg, prints a per-op summary");
+  app.add_option("--stages", g_stages, "use at most this many weight ring stages (0: as many as shared memory holds)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     const schedule::Schedule s = schedule::read_file(path);

@@ -323,6 +323,8 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   const uint32_t room = static_cast<uint32_t>(prop.sharedMemPerBlockOptin) - static_bytes;
   // At most one stage per compute warp: each stage has its consumer warps.
   st_->stages = std::min({kMaxStages, kWarps, room > st_->shared ? (room - st_->shared) / kStageBytes : 0u});
+  if (opt.ring_stages == 1) throw CudaError("the weight ring needs at least 2 stages");
+  if (opt.ring_stages) st_->stages = std::min(st_->stages, opt.ring_stages);
   if (st_->stages < 2)
     throw CudaError("the schedule needs " + std::to_string(st_->shared) +
                     " bytes of scratch shared memory per block, too much to leave room for the weight ring");

@@ -42,6 +42,15 @@ struct WeightRing {
   __device__ void hush() const {
     if (threadIdx.x == 0) *quiet = 1;
   }
+  // The same pause around an op's activation loads, which otherwise queue behind this SM's bulk
+  // copies in flight (Qwen3-4B's gate/up input 3.0 -> 2.0 us; bench/NOTES.md entry 42). The tiles
+  // already landed keep the compute warps busy meanwhile. Thread 0 calls both, a block_sync apart.
+  __device__ void pause() const {
+    if (threadIdx.x == 0) *quiet = 1;
+  }
+  __device__ void resume() const {
+    if (threadIdx.x == 0) *quiet = 0;
+  }
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {

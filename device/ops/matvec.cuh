@@ -150,6 +150,7 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, s
   float4* xhi = xlo + cols / 8;
   float* acc = reinterpret_cast<float*>(xhi + cols / 8);
   float* partial = acc + 2 * rows;
+  bc.ring.pause();  // until the input is in (ring.cuh)
   const float4* in4 = reinterpret_cast<const float4*>(mem.at<const float>(p.in));
   const uint2* norm4 = norm ? reinterpret_cast<const uint2*>(mem.at<const uint16_t>(p.norm)) : nullptr;
   // The residual is loaded now, with the input: one round trip to L2 fewer after the weights.
@@ -190,6 +191,7 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, s
     if (lane == 0) partial[warp] = ss;
   }
   block_sync();
+  bc.ring.resume();
   bc.mark(0);
 
   // Tile j of this task is tile next_tile + j of the launch: ring stage (next_tile + j) % count.
