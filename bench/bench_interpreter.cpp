@@ -24,9 +24,10 @@ double median(std::vector<double> v) {
 
 constexpr uint32_t kSequence = 64;  // steps launched back to back, tokens fed on the device
 
+uint32_t g_stages = 0;  // --stages: the weight ring's depth, 0 for the executor's choice
+
 // Median step time of `reps` single launches at position context - 1; with `sequence`, also the
 // mean of kSequence steps launched back to back from `context` on (as mkrun runs them).
-uint32_t g_stages = 0;  // --stages
 
 std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t reps, const std::string& trace = "",
                         double* sequence = nullptr) {

@@ -35,16 +35,14 @@ struct WeightRing {
   uint64_t* empty;
   uint32_t share;      // matvec: warps s, s + count, ... (`share` of them) consume stage s
   uint32_t next_tile;  // the launch's tile counter, advanced alike by every compute thread
-  // Set by an op once it has consumed its tiles, cleared after its signal: the producer issues
-  // nothing in between, because the signal's release waits for this SM's loads in flight.
+  // While set, the producer issues no bulk copy (tiles already landed keep the compute warps
+  // busy). Thread 0 of an op sets it (pause) once the op has consumed its tiles, and the
+  // interpreter clears it after the signal, whose release waits for this SM's copies in flight;
+  // a matvec also pauses while it loads its input, which would otherwise queue behind them
+  // (Qwen3-4B's gate/up input 3.0 -> 2.0 us; bench/NOTES.md entries 9 and 42), and resumes after
+  // the block_sync that ends the load.
   volatile uint32_t* quiet;
 
-  __device__ void hush() const {
-    if (threadIdx.x == 0) *quiet = 1;
-  }
-  // The same pause around an op's activation loads, which otherwise queue behind this SM's bulk
-  // copies in flight (Qwen3-4B's gate/up input 3.0 -> 2.0 us; bench/NOTES.md entry 42). The tiles
-  // already landed keep the compute warps busy meanwhile. Thread 0 calls both, a block_sync apart.
   __device__ void pause() const {
     if (threadIdx.x == 0) *quiet = 1;
   }

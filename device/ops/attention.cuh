@@ -355,7 +355,7 @@ __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedu
                                BlockContext& bc) {
   const uint32_t before = bc.ring.next_tile;
   bc.ring.next_tile = detail::attention_body(p, ctx, mem, bc.scratch, bc.ring);
-  if (bc.ring.next_tile != before) bc.ring.hush();
+  if (bc.ring.next_tile != before) bc.ring.pause();
 }
 
 }  // namespace mk::device

@@ -215,7 +215,7 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, s
   }
   ring.next_tile += tiles;
   block_sync();
-  ring.hush();
+  ring.pause();
   bc.mark(1);
 
   float inv = 1.0f;
