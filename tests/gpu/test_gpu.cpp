@@ -352,11 +352,11 @@ TEST_CASE("whole steps with the weight ring cut to 2 and 3 stages (mkbench --sta
     const float* want = reinterpret_cast<const float*>(cpu.bytes[s.logits_tensor].data());
     const std::vector<float> expected(want, want + gpu_logits[0].size());
     for (const std::vector<float>& got : gpu_logits) {
-      INFO(example);
+      INFO(std::string(example));
       CHECK(std::none_of(got.begin(), got.end(), [](float v) { return std::isnan(v); }));
       CHECK(test::rel_error(got, expected) < 1e-3);
     }
-    MESSAGE(example, ": 2 and 3 ring stages, logits within ", test::rel_error(gpu_logits[0], expected), " and ",
+    MESSAGE(std::string(example), ": 2 and 3 ring stages, logits within ", test::rel_error(gpu_logits[0], expected), " and ",
             test::rel_error(gpu_logits[1], expected), " of the emulator");
   }
   device::ExecutorOptions one;
