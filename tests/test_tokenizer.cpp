@@ -236,6 +236,38 @@ TEST_CASE("tokenizer: configurations that are not supported are named") {
   CHECK_THROWS_WITH_AS(Tokenizer::from_json("{", "", "x/tokenizer.json"), doctest::Contains("x/tokenizer.json: not valid JSON"),
                        mk::tok::TokenizerError);
   CHECK_THROWS_WITH_AS(Tokenizer::load("/nonexistent"), doctest::Contains("tokenizer.json: not found"), mk::tok::TokenizerError);
+  // Hostile structure: refused when parsed, before anything walks it (300,000 levels of
+  // added_tokens crashed the reader), and a key given twice is not silently the last one.
+  const std::string vocab = R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, )";
+  const std::string deep = vocab + R"("added_tokens": )" + std::string(300000, '[') + std::string(300000, ']') + "}";
+  CHECK_THROWS_WITH_AS(Tokenizer::from_json(deep, "", "x/tokenizer.json"),
+                       doctest::Contains("x/tokenizer.json: JSON nested deeper than 64 levels"), mk::tok::TokenizerError);
+  CHECK_THROWS_WITH_AS(Tokenizer::from_json(vocab + R"("model": 1})", "", "x/tokenizer.json"),
+                       doctest::Contains("x/tokenizer.json: JSON key 'model' given twice"), mk::tok::TokenizerError);
+  CHECK_THROWS_WITH_AS(Tokenizer::from_json(vocab.substr(0, vocab.size() - 2) + "}", "{\"a\": [[[", "x/tokenizer.json"),
+                       doctest::Contains("x/tokenizer_config.json: not valid JSON"), mk::tok::TokenizerError);
+  // Ids: integers in range only (a float id was an undefined conversion, a huge one sized the id
+  // table), found by fuzz_tokenizer.
+  for (const char* id : {"4.3e128", "-1", "2097152", "\"0\"", "[0]"}) {
+    json t = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}}};
+    t["model"]["vocab"]["b"] = json::parse(id);
+    CAPTURE(id);
+    CHECK_THROWS_WITH_AS(tiny(t), doctest::Contains("the id of 'b' must be a token id (an integer from 0 to 2097151)"),
+                         mk::tok::TokenizerError);
+  }
+  json added = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}},
+                {"added_tokens", {{{"id", 1.5}, {"content", "<s>"}}}}};
+  CHECK_THROWS_WITH_AS(tiny(added), doctest::Contains("an added token's id must be a token id"), mk::tok::TokenizerError);
+  json ok = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}}};
+  CHECK_THROWS_WITH_AS(tiny(ok, {{"added_tokens_decoder", {{"x1", {{"content", "<s>"}}}}}}),
+                       doctest::Contains("tiny/tokenizer_config.json: added_tokens_decoder key 'x1' is not a token id"),
+                       mk::tok::TokenizerError);
+  json post = ok;
+  post["post_processor"] = {{"type", "TemplateProcessing"},
+                            {"single", {{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
+                            {"special_tokens", {{"<s>", {{"ids", {7}}}}}}};
+  CHECK_THROWS_WITH_AS(tiny(post), doctest::Contains("the post-processor's token id 7 is outside the vocabulary"),
+                       mk::tok::TokenizerError);
 }
 
 TEST_CASE("chat: Llama-3 header format as the reference renders the model's template") {

@@ -22,6 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/checked_json.hpp"
+#include "schedules/limits.hpp"
 #include "tokenizer/utf8.hpp"
 
 namespace mk::tok {
@@ -617,6 +619,17 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
 
 namespace {
 
+// Token ids: integers from 0 to kMaxTokenId. Real vocabularies stay under 2^18; the bound keeps
+// a hostile id from sizing the id table (and a float or huge id from an undefined conversion).
+constexpr int64_t kMaxTokenId = (int64_t{1} << 21) - 1;
+
+int32_t id_field(const json& v, const std::string& where, const std::string& what) {
+  if (!v.is_number_unsigned() || v.get<uint64_t>() > static_cast<uint64_t>(kMaxTokenId))
+    fail(where, what + " must be a token id (an integer from 0 to " + std::to_string(kMaxTokenId) + "), not " +
+                    (v.is_primitive() ? v.dump() : std::string("an ") + v.type_name()));
+  return static_cast<int32_t>(v.get<uint64_t>());
+}
+
 std::optional<std::string> token_content(const json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_object() && v.contains("content") && v.at("content").is_string()) return v.at("content").get<std::string>();
@@ -629,20 +642,18 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::str
   auto impl = std::make_unique<Impl>();
   Impl& t = *impl;
   t.where = where;
-  json j, cfg;
-  try {
-    j = json::parse(tokenizer_json);
-  } catch (const json::exception& e) {
-    fail(where, std::string("not valid JSON: ") + e.what());
-  }
-  const std::string cfg_where = std::filesystem::path(where).parent_path().append("tokenizer_config.json").string();
-  if (!config_json.empty()) {
+  // With the checks every reader of untrusted JSON needs (common/checked_json.hpp): a deeply
+  // nested added_tokens crashed the walk below.
+  auto parse = [](const std::string& text, const std::string& file) {
     try {
-      cfg = json::parse(config_json);
-    } catch (const json::exception& e) {
-      fail(cfg_where, std::string("not valid JSON: ") + e.what());
+      return io::parse_checked_json(text, limits::kMaxNesting);
+    } catch (const io::JsonError& e) {
+      fail(file, (e.syntax ? std::string("not valid JSON: ") : std::string()) + e.what());
     }
-  }
+  };
+  const std::string cfg_where = std::filesystem::path(where).parent_path().append("tokenizer_config.json").string();
+  const json j = parse(tokenizer_json, where);
+  const json cfg = config_json.empty() ? json() : parse(config_json, cfg_where);
   try {
     const json& model = j.at("model");
     const std::string type = model.value("type", "BPE");
@@ -656,15 +667,14 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::str
       fail(where, "BPE dropout is not supported");
     int32_t max_id = -1;
     for (const auto& [tok, id] : model.at("vocab").items()) {
-      const int32_t i = id.get<int32_t>();
-      if (i < 0) fail(where, "negative token id for '" + tok + "'");
+      const int32_t i = id_field(id, where, "the id of '" + tok + "'");
       t.vocab.emplace(tok, i);
       max_id = std::max(max_id, i);
     }
     for (const json& a : j.value("added_tokens", json::array())) {
-      AddedToken at{a.at("id").get<int32_t>(), a.at("content").get<std::string>(), a.value("special", false),
-                    a.value("lstrip", false), a.value("rstrip", false)};
-      if (at.id < 0 || at.content.empty()) fail(where, "added token with a negative id or empty content");
+      AddedToken at{id_field(a.at("id"), where, "an added token's id"), a.at("content").get<std::string>(),
+                    a.value("special", false), a.value("lstrip", false), a.value("rstrip", false)};
+      if (at.content.empty()) fail(where, "an added token with empty content");
       max_id = std::max(max_id, at.id);
       t.added_by_id[at.id] = t.added.size();
       t.added.push_back(std::move(at));
@@ -672,8 +682,12 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::str
     // tokenizer_config.json may declare added tokens that tokenizer.json lacks.
     if (cfg.is_object() && cfg.contains("added_tokens_decoder")) {
       for (const auto& [k, v] : cfg.at("added_tokens_decoder").items()) {
-        const int32_t id = std::stoi(k);
-        if (t.added_by_id.count(id) || id < 0) continue;
+        const bool digits = !k.empty() && k.size() <= 7 && k.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits || std::stoll(k) > kMaxTokenId)
+          fail(cfg_where, "added_tokens_decoder key '" + k + "' is not a token id (an integer from 0 to " +
+                              std::to_string(kMaxTokenId) + ")");
+        const int32_t id = static_cast<int32_t>(std::stoll(k));
+        if (t.added_by_id.count(id)) continue;
         AddedToken at{id, v.at("content").get<std::string>(), v.value("special", false), v.value("lstrip", false),
                       v.value("rstrip", false)};
         max_id = std::max(max_id, id);
@@ -743,7 +757,8 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::str
           } else if (item.contains("SpecialToken")) {
             const std::string name = item.at("SpecialToken").at("id").get<std::string>();
             const json& st = p.at("special_tokens").at(name);
-            for (const json& id : st.at("ids")) (seen_sequence ? t.suffix : t.prefix).push_back(id.get<int32_t>());
+            for (const json& id : st.at("ids"))
+              (seen_sequence ? t.suffix : t.prefix).push_back(id_field(id, where, "a post-processor token id"));
           }
         }
       } else if (pt == "ByteLevel" || pt.empty()) {
@@ -753,6 +768,10 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::str
       }
     };
     post(j.value("post_processor", json()));
+    for (const std::vector<int32_t>* ids : {&t.prefix, &t.suffix})
+      for (int32_t id : *ids)
+        if (static_cast<size_t>(id) >= t.id_to_token.size())
+          fail(where, "the post-processor's token id " + std::to_string(id) + " is outside the vocabulary");
 
     if (cfg.is_object()) {
       auto lookup = [&](const char* key) -> std::optional<int32_t> {
