@@ -3,13 +3,13 @@
 # runs each harness for SECONDS (default 600), one after the other, keeping each corpus in
 # out/fuzz/HARNESS/ across runs. Prints the inputs each one ran; exit status 1 on a finding
 # (saved as out/fuzz/crash-*, with libFuzzer's log in out/fuzz/HARNESS.log).
-#   scripts/fuzz.sh [SECONDS] [HARNESS...]     HARNESS: yaml, schedule, safetensors, tokenizer (default all)
+#   scripts/fuzz.sh [SECONDS] [HARNESS...]     HARNESS: yaml, schedule, safetensors, tokenizer, hfconfig (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-600}
 shift || true
 harnesses=("$@")
-((${#harnesses[@]})) || harnesses=(yaml schedule safetensors tokenizer)
+((${#harnesses[@]})) || harnesses=(yaml schedule safetensors tokenizer hfconfig)
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ is missing (apt-get install clang libclang-rt-dev)" >&2; exit 2; }
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j"$(nproc)" --target "${harnesses[@]/#/fuzz_}" >/dev/null

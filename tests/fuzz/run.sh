@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs one fuzz harness on its seed corpus and dictionary.
 #   tests/fuzz/run.sh HARNESS BUILD_DIR [LIBFUZZER_OPTION...]
-# HARNESS: yaml, schedule, safetensors or tokenizer; BUILD_DIR holds fuzz_HARNESS (the fuzz preset).
+# HARNESS: yaml, schedule, safetensors, tokenizer or hfconfig; BUILD_DIR holds fuzz_HARNESS (the fuzz preset).
 # New inputs go to a working corpus (FUZZ_CORPUS, default a temporary folder removed at the
 # end), never into the repository; a finding is saved as FUZZ_ARTIFACTS/crash-* (default: the
 # current folder). Prints libFuzzer's summary; the exit status is libFuzzer's (0: no finding).
