@@ -16,5 +16,5 @@ cmake --preset asan-ubsan >/dev/null
 cmake --build --preset asan-ubsan -j"$jobs"
 ctest --preset asan-ubsan
 cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j"$jobs" --target fuzz_yaml fuzz_schedule fuzz_safetensors
+cmake --build --preset fuzz -j"$jobs" --target fuzzers
 ctest --preset fuzz
