@@ -13,8 +13,10 @@
 
 namespace mk::io {
 
+// what(): one phrase every reader prefixes with its file: "not valid JSON: <where and why>", or
+// one of the checks above.
 struct JsonError : std::runtime_error {
-  bool syntax;  // nlohmann's own message (not JSON at all), else one of the checks above
+  bool syntax;  // not JSON at all, else one of the checks above
   JsonError(const std::string& what, bool is_syntax) : std::runtime_error(what), syntax(is_syntax) {}
 };
 
@@ -40,7 +42,10 @@ inline nlohmann::json parse_checked_json(std::string_view text, int max_depth) {
   try {
     return json::parse(text.begin(), text.end(), check);
   } catch (const json::exception& e) {
-    throw JsonError(e.what(), true);
+    // "not valid JSON: parse error at line 1, column 9: ...", without nlohmann's "[json.exception...] " tag
+    std::string what = e.what();
+    if (const size_t tag = what.find("] "); what.starts_with("[json.exception") && tag != std::string::npos) what.erase(0, tag + 2);
+    throw JsonError("not valid JSON: " + what, true);
   }
 }
 

@@ -106,13 +106,12 @@ void map_file(const fs::path& file, MappedFile& m) {
 }
 
 // Parses JSON with the shared checks (common/checked_json.hpp); throws WeightError naming
-// `file`, a syntax error as "<what>: <nlohmann's message>".
+// `file` and which of its parts (`what`) is wrong.
 json parse_json(const fs::path& file, const char* what, std::string_view text) {
   try {
     return io::parse_checked_json(text, limits::kMaxNesting);
   } catch (const io::JsonError& e) {
-    if (e.syntax) fail(file, what, ": ", e.what());
-    fail(file, e.what());
+    fail(file, what, ": ", e.what());
   }
 }
 
@@ -193,7 +192,7 @@ std::vector<CheckpointTensor> parse_safetensors(const MappedFile& m) {
   if (n > m.size - 8)
     fail(file, "header length ", n, " exceeds the ", m.size - 8, " bytes after the length field (file truncated?)");
   if (n > limits::kMaxTextBytes) fail(file, "header length ", n, " is over the limit of ", limits::kMaxTextBytes, " bytes");
-  const json header = parse_json(file, "bad JSON header", {reinterpret_cast<const char*>(m.data) + 8, n});
+  const json header = parse_json(file, "the JSON header", {reinterpret_cast<const char*>(m.data) + 8, n});
   if (!header.is_object()) fail(file, "JSON header must be an object, found ", header.type_name());
   const uint8_t* data = m.data + 8 + n;
   const uint64_t data_size = m.size - 8 - n;
@@ -216,7 +215,7 @@ json read_json_file(const fs::path& file) {
   } catch (const io::InputError& e) {
     fail(file, e.what());
   }
-  return parse_json(file, "bad JSON", text);
+  return parse_json(file, "the index", text);
 }
 
 // A shard named in an index must be a file inside the checkpoint folder: a relative path

@@ -49,7 +49,7 @@ json read_json(const fs::path& file) {
   try {
     j = io::parse_checked_json(text, limits::kMaxNesting);
   } catch (const io::JsonError& e) {
-    fail(file.string(), e.syntax ? std::string("not valid JSON") : e.what());
+    fail(file.string(), e.what());
   }
   if (!j.is_object()) fail(file.string(), "expected a JSON object");
   return j;

@@ -265,10 +265,10 @@ TEST_CASE("hardening: deep nesting is refused by every recursive reader, not a s
     const std::string deep = std::string(100000, '[') + std::string(100000, ']');
     put_safetensors(dir.path / "x.safetensors", "{\"a\": " + deep + "}", 0);
     CHECK(open_error(dir.path / "x.safetensors") ==
-          (dir.path / "x.safetensors").string() + ": JSON nested deeper than 64 levels");
+          (dir.path / "x.safetensors").string() + ": the JSON header: JSON nested deeper than 64 levels");
     put_text(dir.path / "model.safetensors.index.json", "{\"weight_map\": " + deep + "}");
     CHECK(open_error(dir.path) ==
-          (dir.path / "model.safetensors.index.json").string() + ": JSON nested deeper than 64 levels");
+          (dir.path / "model.safetensors.index.json").string() + ": the index: JSON nested deeper than 64 levels");
   }
 }
 
@@ -281,12 +281,12 @@ TEST_CASE("hardening: a checkpoint with a key twice, overlapping tensors or a sh
     put_safetensors(file,
                     R"({"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},"a":{"dtype":"BF16","shape":[2],"data_offsets":[4,8]}})",
                     8);
-    CHECK(open_error(file) == file.string() + ": JSON key 'a' given twice in one object");
+    CHECK(open_error(file) == file.string() + ": the JSON header: JSON key 'a' given twice in one object");
   }
   SUBCASE("a field twice in one tensor entry") {
     put_safetensors(file, R"({"a":{"dtype":"BF16","shape":[2],"shape":[1],"data_offsets":[0,4]}})", 4);
     CHECK(open_error(file) ==
-          file.string() + ": JSON key 'shape' given twice in one object");
+          file.string() + ": the JSON header: JSON key 'shape' given twice in one object");
   }
   SUBCASE("overlapping tensors, an empty one between them") {
     put_safetensors(file,
@@ -307,7 +307,7 @@ TEST_CASE("hardening: a checkpoint with a key twice, overlapping tensors or a sh
   SUBCASE("a key twice in an index's weight_map") {
     put_text(dir.path / "model.safetensors.index.json", R"({"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}})");
     CHECK(open_error(dir.path) ==
-          (dir.path / "model.safetensors.index.json").string() + ": JSON key 'a' given twice in one object");
+          (dir.path / "model.safetensors.index.json").string() + ": the index: JSON key 'a' given twice in one object");
   }
   SUBCASE("shard names that leave the folder") {
     mk::device::write_safetensors(dir.path / "outside.safetensors", {{"a", {2}, {1, 2}}});

@@ -648,7 +648,7 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::str
     try {
       return io::parse_checked_json(text, limits::kMaxNesting);
     } catch (const io::JsonError& e) {
-      fail(file, (e.syntax ? std::string("not valid JSON: ") : std::string()) + e.what());
+      fail(file, e.what());
     }
   };
   const std::string cfg_where = std::filesystem::path(where).parent_path().append("tokenizer_config.json").string();

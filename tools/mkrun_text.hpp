@@ -42,7 +42,7 @@ inline std::set<int32_t> eos_ids(const std::filesystem::path& dir) {
     try {
       j = io::parse_checked_json(read_text_file(p.string()), limits::kMaxNesting);
     } catch (const io::JsonError& e) {
-      throw std::runtime_error(p.string() + ": " + (e.syntax ? "not valid JSON: " : "") + e.what());
+      throw std::runtime_error(p.string() + ": " + e.what());
     }
     if (!j.is_object() || !j.contains("eos_token_id") || j.at("eos_token_id").is_null()) continue;
     const nlohmann::json& v = j.at("eos_token_id");
