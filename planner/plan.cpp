@@ -146,14 +146,14 @@ std::vector<std::vector<uint32_t>> assign_round_robin(Plan& p, uint32_t sms) {
 // List scheduling: repeatedly take the ready task with the longest remaining path (by the cost
 // model) and put it on the SM where it can start first. The order tasks are taken in is a
 // topological order, and each queue is a subsequence of it.
-std::vector<std::vector<uint32_t>> assign_critical_path(Plan& p, uint32_t sms, const std::vector<std::vector<uint32_t>>& preds) {
+std::vector<std::vector<uint32_t>> assign_critical_path(Plan& p, uint32_t sms, const std::vector<std::vector<uint32_t>>& preds,
+                                                        const std::vector<double>& us) {
   const schedule::CostModel cost;
   const size_t n = p.tasks.size();
   std::vector<std::vector<uint32_t>> succs(n);
   for (uint32_t t = 0; t < n; ++t)
     for (uint32_t pr : preds[t]) succs[pr].push_back(t);
-  std::vector<double> us(n), level(n, 0);
-  for (uint32_t t = 0; t < n; ++t) us[t] = task_us(p.tasks[t], cost);
+  std::vector<double> level(n, 0);
   for (size_t t = n; t-- > 0;) {
     double best = 0;
     for (uint32_t s : succs[t]) best = std::max(best, level[s] + cost.latency_us);
@@ -187,7 +187,7 @@ std::vector<std::vector<uint32_t>> assign_critical_path(Plan& p, uint32_t sms, c
   return queues;
 }
 
-void critical_path(Plan& p, const std::vector<std::vector<uint32_t>>& preds) {
+void critical_path(Plan& p, const std::vector<std::vector<uint32_t>>& preds, const std::vector<double>& us) {
   const schedule::CostModel cost;
   std::vector<double> end(p.tasks.size(), 0);
   std::vector<uint32_t> length(p.tasks.size(), 1);
@@ -198,7 +198,7 @@ void critical_path(Plan& p, const std::vector<std::vector<uint32_t>>& preds) {
         start = end[pr] + cost.latency_us;
         length[t] = length[pr] + 1;
       }
-    end[t] = start + task_us(p.tasks[t], cost);
+    end[t] = start + us[t];
     if (end[t] > p.stats.critical_path_us) {
       p.stats.critical_path_us = end[t];
       p.stats.critical_path_tasks = length[t];
@@ -264,9 +264,11 @@ Plan plan(const dsl::ModelGraph& model, const PlanOptions& options) {
     if (t.waits.size() > 0xffff || t.signals.size() > 0xffff)
       throw dsl::Error(p.program.ops[t.op].decl->loc, "op '" + p.program.ops[t.op].name + "' has a task with over 65535 waits or signals; use fewer chunks");
   const auto preds = wait_preds(p);
+  std::vector<double> us;  // each task's cost by the cost model, computed once
+  for (const Task& t : p.tasks) us.push_back(task_us(t, schedule::CostModel{}));
   const auto queues = options.policy == Policy::round_robin ? assign_round_robin(p, options.sm_count)
-                                                            : assign_critical_path(p, options.sm_count, preds);
-  critical_path(p, preds);
+                                                            : assign_critical_path(p, options.sm_count, preds, us);
+  critical_path(p, preds, us);
   build_schedule(p, options.sm_count, queues);
   schedule::validate(p.schedule);
   verify(p.schedule, p.edges);
