@@ -28,7 +28,6 @@ uint32_t g_stages = 0;  // --stages: the weight ring's depth, 0 for the executor
 
 // Median step time of `reps` single launches at position context - 1; with `sequence`, also the
 // mean of kSequence steps launched back to back from `context` on (as mkrun runs them).
-
 std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t reps, const std::string& trace = "",
                         double* sequence = nullptr) {
   device::ExecutorOptions eo;

@@ -1,8 +1,9 @@
 // JSON from untrusted files, parsed with the checks every reader of them needs: nesting at most
 // `max_depth` deep (nlohmann walks values recursively when it destroys, compares and dumps them:
 // a file of 200,000 nested brackets crashed the reader) and no key twice in one object (nlohmann
-// would keep the last one silently). Header-only, for the libraries that link nlohmann_json
-// (dsl/ reads config.json, device/ the safetensors headers and indexes).
+// would keep the last one silently). Header-only, for the code that links nlohmann_json: dsl/
+// (config.json), device/ (safetensors headers and indexes), tokenizer/ (tokenizer.json,
+// tokenizer_config.json) and mkrun (generation_config.json).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <set>

@@ -336,7 +336,6 @@ Program analyze(const dsl::ModelGraph& model, uint32_t sm_count) {
     for (const std::string& name : input_names(def, *op.decl))
       if (const uint32_t id = p.find(name); p.tensors[id].role == Role::activation || p.tensors[id].role == Role::io)
         if (std::find(op.inputs.begin(), op.inputs.end(), id) == op.inputs.end()) op.inputs.push_back(id);
-    // Range first: converting a double outside uint32_t is undefined.
     // Left out, split gives every SM a task where the op has the work for it (embed: a row
     // copy, 16 tasks are plenty), and chunks tracks the output as one piece, but per head for
     // attention's qkv input and per kv head for attention's output.
@@ -347,6 +346,7 @@ Program analyze(const dsl::ModelGraph& model, uint32_t sm_count) {
     if (auto it = qkv_head_dim.find(p.tensors[op.out].name); it != qkv_head_dim.end() && out_elems % it->second == 0)
       auto_chunks = static_cast<double>(out_elems / it->second);
     const double split = check.number("split", auto_split), chunks = check.number("chunks", auto_chunks);
+    // Range first: converting a double outside uint32_t is undefined.
     if (!(split >= 1 && split <= 0xffffffffu) || split != std::floor(split))
       check.fail("split", "split must be a positive integer, got " + dsl::show_number(split));
     if (!(chunks >= 1 && chunks <= 0xffffffffu) || chunks != std::floor(chunks))

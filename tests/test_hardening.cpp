@@ -29,6 +29,7 @@
 #include "schedules/limits.hpp"
 #include "schedules/schedule.hpp"
 #include "temp_dir.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
 using mk::test::TempDir;
@@ -225,6 +226,9 @@ TEST_CASE("hardening: no input makes a reader loop or block: YAML documents, rep
   CHECK(mk::io::read_input_file(dir3.path / "five.txt", 5) == "12345");
   REQUIRE(mkfifo((dir3.path / "config.json").c_str(), 0600) == 0);
   CHECK_THROWS_WITH(mk::dsl::import_hf_model(dir3.path), doctest::Contains("no config.json here"));
+  TempDir dir4;  // the tokenizer's files too
+  REQUIRE(mkfifo((dir4.path / "tokenizer.json").c_str(), 0600) == 0);
+  CHECK(error_of([&] { mk::tok::Tokenizer::load(dir4.path); }) == (dir4.path / "tokenizer.json").string() + ": not a regular file");
   // "Billion laughs": ten levels of ten aliases name 10^10 config entries in eleven lines. The
   // walk stops at the limit, inside the innermost alias (l0).
   std::string laughs = "model: m\nconfig:\n  l0: &l0 {a: 1}\n";

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/checked_json.hpp"
+#include "common/input_file.hpp"
 #include "schedules/limits.hpp"
 #include "tokenizer/utf8.hpp"
 
@@ -34,13 +35,14 @@ namespace {
 
 [[noreturn]] void fail(const std::string& where, const std::string& what) { throw TokenizerError(where + ": " + what); }
 
+// tokenizer.json and tokenizer_config.json through the tools' one reader of whole files
+// (common/input_file.hpp: regular files of at most kMaxTextBytes, so a FIFO cannot block it).
 std::string read_file(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) throw TokenizerError(p.string() + ": cannot open");
-  std::ostringstream s;
-  s << f.rdbuf();
-  if (!f && !f.eof()) throw TokenizerError(p.string() + ": read failed");
-  return s.str();
+  try {
+    return io::read_input_file(p, limits::kMaxTextBytes);
+  } catch (const io::InputError& e) {
+    throw TokenizerError(p.string() + ": " + e.what());
+  }
 }
 
 // ---- regex (PCRE2, UTF + Unicode properties) ---------------------------------------------

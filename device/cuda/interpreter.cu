@@ -393,6 +393,8 @@ size_t CudaExecutor::tensor_bytes(uint32_t tensor) const { return st_->sizes.at(
 
 uint32_t CudaExecutor::shared_bytes() const { return st_->shared; }
 
+uint32_t CudaExecutor::ring_stages() const { return st_->stages; }
+
 void CudaExecutor::set_tokens(uint32_t first, const int32_t* ids, uint32_t n) {
   if (uint64_t{first} + n > uint64_t{st_->opt.max_context} + 1) throw CudaError("set_tokens: beyond the token history");
   check(cudaStreamSynchronize(st_->stream), "set_tokens");

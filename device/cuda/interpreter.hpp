@@ -68,6 +68,7 @@ class CudaExecutor {
   std::vector<TraceEvent> read_trace() const;  // of the last launch, by instruction index
 
   uint32_t shared_bytes() const;
+  uint32_t ring_stages() const;  // the weight ring's depth (ExecutorOptions::ring_stages caps it)
 
  private:
   struct State;

@@ -18,9 +18,10 @@ inline uint32_t gpu_shared_bytes(const schedule::MatvecPayload& p) {
 // where three rows fit a stage (one bulk copy per tile), else groups of four rows cut into
 // near-equal column blocks of at most 2048 columns (a bulk copy per row piece). A segment is
 // (weight, its first row, rows, accumulator row); accumulator rows are output row - row_begin,
-// plus `rows` for silu_mul's up projection. Tiles are addressed by index so that a warp can go straight
-// to its own (a generator walked by every warp cost a division and spills per tile), from a
-// description built once per instruction (rebuilt per tile, its loads slowed the producer).
+// plus `rows` for silu_mul's up projection. Tiles are addressed by index so that a warp can go
+// straight to its own (a generator walked by every warp cost a division and spills per tile),
+// from a description built once per instruction (rebuilt per tile, its loads slowed the
+// producer).
 // Segments sit at the index of their weight (silu_mul: gate 0, up 1), empty ones with no
 // tiles, and are only ever indexed by constants: a run-time index would put them in local memory.
 struct MatvecTiles {

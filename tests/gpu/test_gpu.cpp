@@ -337,6 +337,7 @@ TEST_CASE("whole steps with the weight ring cut to 2 and 3 stages (mkbench --sta
       eo.max_context = 16;
       eo.ring_stages = stages;
       device::CudaExecutor gpu(s, eo);
+      REQUIRE(gpu.ring_stages() == stages);  // the cap took effect (the default holds ten or more)
       for (uint32_t t = 0; t < s.tensors.size(); ++t) gpu.upload(t, cpu.bytes[t].data(), cpu.bytes[t].size());
       gpu.step(token, pos);
       std::vector<float>& logits = gpu_logits[stages - 2];
