@@ -45,9 +45,19 @@ struct KernelParams {
   uint64_t* trace;  // optional: per instruction kTraceSlots globaltimer values (device/trace.hpp)
 };
 
-__device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
+// Counters are polled with relaxed loads, not acquire ones. An acquire also empties the SM's L1
+// (the compiler follows it with CCTL.IVALL), and with it the tensor table, the instruction queue
+// and the kernel's spilled registers, each then a round trip to L2 after every wait (bench/
+// NOTES.md entry 47). What an acquire would order is an op's reads of other SMs' outputs, and
+// none of those goes through L1: activations are read with ld.global.cg (load_activation,
+// __ldcg) and the KV cache by bulk copies, both from L2, where the writer's release put the data
+// before its counter moved; and they are issued only after the poll returned (by warp 0; the
+// block barrier after the wait orders the other warps). So this relies on L2 being the GPU's
+// point of coherence rather than on the PTX memory model's acquire; an op body that read another
+// SM's output through L1 would need the acquire back.
+__device__ __forceinline__ uint32_t load_counter(const uint32_t* p) {
   uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
 
@@ -67,10 +77,10 @@ __device__ bool counter_wait(const KernelParams& p, const schedule::Instruction&
   for (uint32_t k = lane; ok && k < inst.wait_count; k += 32) {
     const schedule::Wait w = p.waits[inst.wait_begin + k];
     const uint32_t target = w.target * generation;
-    if (load_acquire(p.counters + w.counter) >= target) continue;
+    if (load_counter(p.counters + w.counter) >= target) continue;
     const uint64_t start = global_timer();
     uint32_t value;
-    for (uint32_t spin = 1; (value = load_acquire(p.counters + w.counter)) < target; ++spin) {
+    for (uint32_t spin = 1; (value = load_counter(p.counters + w.counter)) < target; ++spin) {
       // The abort flag and the clock are checked every 64th poll only: each check is another
       // round trip between seeing the counter move and starting the work.
       if (spin % 64) {
@@ -108,6 +118,21 @@ __device__ __noinline__ void prefetch_body_weights(const schedule::Instruction* 
 #include "schedules/op_table.def"
 #undef MK_OP
     default: break;
+  }
+}
+
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
+// The queue ahead into L1, by one thread while warp 0 waits: instruction i + 2's record, and
+// i + 1's waits and signals (its record was asked for one instruction earlier, so reading where
+// they are is an L1 hit). Each is read once per launch, so without this every wait began with
+// two dependent round trips to L2, the record and then its waits, before the first poll.
+__device__ void prefetch_queue(const KernelParams& p, uint32_t i, uint32_t end) {
+  if (i + 2 < end) prefetch_l1(p.instructions + i + 2);
+  if (i + 1 < end) {
+    const schedule::Instruction& next = p.instructions[i + 1];
+    prefetch_l1(p.waits + next.wait_begin);
+    prefetch_l1(p.signals + next.signal_begin);
   }
 }
 
@@ -208,6 +233,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
         if (p.trace) p.trace[kTraceSlots * i + 1] = global_timer();
       }
     } else if (threadIdx.x >= 64) {
+      if (threadIdx.x == 64) prefetch_queue(p, i, end);
       prefetch_body_weights(p.instructions + i, p.tensors.base);
     }
     block_sync();
