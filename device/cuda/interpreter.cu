@@ -131,8 +131,8 @@ __device__ void prefetch_queue(const KernelParams& p, uint32_t i, uint32_t end) 
   if (i + 2 < end) prefetch_l1(p.instructions + i + 2);
   if (i + 1 < end) {
     const schedule::Instruction& next = p.instructions[i + 1];
-    prefetch_l1(p.waits + next.wait_begin);
-    prefetch_l1(p.signals + next.signal_begin);
+    if (next.wait_count) prefetch_l1(p.waits + next.wait_begin);  // an empty list may begin past the array's end
+    if (next.signal_count) prefetch_l1(p.signals + next.signal_begin);
   }
 }
 
