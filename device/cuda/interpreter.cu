@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
   BlockContext bc{smem + p.ring_stages * kStageBytes, ring, nullptr};
   const uint32_t begin = p.sm_offsets[blockIdx.x], end = p.sm_offsets[blockIdx.x + 1];
   // Warp 0 waits for instruction i while thread 32 still signals instruction i - 1: the
-  // release of one and the acquire of the next overlap instead of queueing on one thread.
+  // release of one and the wait for the next overlap instead of queueing on one thread.
   for (uint32_t i = begin; i < end; ++i) {
     if (threadIdx.x < sizeof(schedule::Instruction) / 4)
       reinterpret_cast<uint32_t*>(&inst)[threadIdx.x] = reinterpret_cast<const uint32_t*>(p.instructions + i)[threadIdx.x];
