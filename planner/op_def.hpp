@@ -45,6 +45,10 @@ class OpCheck {
   std::string text(const char* field, const std::string& fallback) const;
   double config(const std::string& key, double fallback) const;
   std::string config_text(const std::string& key, const std::string& fallback) const;
+  // A value the payload stores as a float32 that must be positive: the op's `field` when it has
+  // one (nullptr: none), else the model's config `key`, else `fallback`. It must be a normal
+  // float32 (1.2e-38 to 3.4e38): a double such as 1e-51 is positive but rounds to zero.
+  float positive_float(const char* field, const std::string& key, double fallback) const;
   [[noreturn]] void fail(const char* field, const std::string& message) const;  // at the field, else the op
   // Declares (or checks against the declaration) the op's output. Dimensions are 64-bit and
   // checked against the limits here. A new tensor is added to the program only after infer

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <queue>
 #include <set>
 #include <sstream>
@@ -148,6 +149,15 @@ std::string OpCheck::text(const char* field, const std::string& fallback) const 
 
 double OpCheck::config(const std::string& key, double fallback) const {
   return program_.model->number(key, fallback);
+}
+
+float OpCheck::positive_float(const char* field, const std::string& key, double fallback) const {
+  const dsl::Value* v = field ? op_.decl->field(field) : nullptr;
+  const double x = v ? *v->number : config(key, fallback);
+  if (!(x >= std::numeric_limits<float>::min() && x <= std::numeric_limits<float>::max()))
+    fail(field, (v ? std::string(field) : "config " + key) + " is " + dsl::show_number(x) +
+                    "; it must be positive and fit a float32 (1.2e-38 to 3.4e38)");
+  return static_cast<float>(x);
 }
 
 std::string OpCheck::config_text(const std::string& key, const std::string& fallback) const {

@@ -329,5 +329,28 @@ TEST_CASE("model errors: matvec residual that is a weight") {
 TEST_CASE("model errors: attention eps that is not positive") {
   check_planner_error(
       with_line(39, R"(        - {op: attention, qkv: "qkv{layer}", k_cache: "k{layer}", v_cache: "v{layer}", out: "attn_part{layer}", eps: 0, kv_splits: kv_splits, split: 2, chunks: 2})"),
-      39, 118, {"eps must be positive"});
+      39, 118, {"eps is 0", "must be positive"});
+}
+
+// Values the payload stores as float32: a positive double that rounds to zero (or overflows) in
+// float32 is refused at the YAML, not left to the schedule validator after planning.
+TEST_CASE("model errors: a config eps that float32 cannot hold") {
+  check_planner_error(with_line(10, "  eps: 1.0e-51"), 38, 11, {"config eps is 1e-51", "float32"});
+  check_planner_error(with_line(10, "  eps: 1.0e+39"), 38, 11, {"config eps is 1e+39", "float32"});
+}
+
+TEST_CASE("model errors: an op eps that float32 cannot hold") {
+  check_planner_error(
+      with_line(39, R"(        - {op: attention, qkv: "qkv{layer}", k_cache: "k{layer}", v_cache: "v{layer}", out: "attn_part{layer}", eps: 1.0e-46, kv_splits: kv_splits, split: 2, chunks: 2})"),
+      39, 118, {"eps is 1e-46", "float32"});
+}
+
+TEST_CASE("model errors: rope parameters that attention cannot use") {
+  check_planner_error(with_line(12, "  rope: {theta: 1.0e-60, scaling: none}"), 39, 11, {"config rope.theta is 1e-60", "float32"});
+  check_planner_error(with_line(12, "  rope: {theta: 500000, scaling: llama3, factor: 32, low_freq_factor: 4, high_freq_factor: 4, "
+                                    "original_max_position: 8192}"),
+                      39, 11, {"low_freq_factor must be less than rope.high_freq_factor"});
+  check_planner_error(with_line(12, "  rope: {theta: 500000, scaling: llama3, factor: 0, low_freq_factor: 1, high_freq_factor: 4, "
+                                    "original_max_position: 8192}"),
+                      39, 11, {"config rope.factor is 0"});
 }

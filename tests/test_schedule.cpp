@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -402,6 +403,32 @@ TEST_CASE("schedule validator: payload tensor ids and regions") {
     p.heads *= 2;  // a valid group size (8), but qkv no longer fits
     set_payload(s.instructions[i], p);
     CHECK(contains(validator_refusal(s), "qkv: tensor "));
+  }
+  // Float fields a file could carry that no planner writes: refused rather than turned into NaN.
+  SUBCASE("matvec eps that is not finite") {
+    Schedule s = good;
+    const uint32_t i = first_of(s, Opcode::matvec);
+    auto p = payload<mk::schedule::MatvecPayload>(s.instructions[i]);
+    p.eps = std::numeric_limits<float>::infinity();
+    set_payload(s.instructions[i], p);
+    CHECK(contains(validator_refusal(s), where(s, i) + "matvec: eps must be positive and finite"));
+  }
+  SUBCASE("attention eps that is NaN") {
+    Schedule s = good;
+    const uint32_t i = first_of(s, Opcode::attention);
+    auto p = payload<mk::schedule::AttentionPayload>(s.instructions[i]);
+    p.norm_eps = std::numeric_limits<float>::quiet_NaN();
+    set_payload(s.instructions[i], p);
+    CHECK(contains(validator_refusal(s), where(s, i) + "attention: theta, scale and eps must be positive and finite"));
+  }
+  SUBCASE("attention llama3 frequency factors out of order") {
+    Schedule s = good;
+    const uint32_t i = first_of(s, Opcode::attention);
+    auto p = payload<mk::schedule::AttentionPayload>(s.instructions[i]);
+    REQUIRE(p.rope_scaling == static_cast<uint32_t>(mk::schedule::RopeScaling::llama3));
+    p.rope_low_freq_factor = p.rope_high_freq_factor;  // llama3 scaling divides by their difference
+    set_payload(s.instructions[i], p);
+    CHECK(contains(validator_refusal(s), where(s, i) + "attention: llama3 rope scaling needs positive, finite factors"));
   }
   SUBCASE("attn_reduce head range beyond the op") {
     Schedule s = good;

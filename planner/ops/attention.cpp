@@ -49,11 +49,17 @@ uint64_t infer(OpCheck& c) {
       c.fail(f, std::string("shape mismatch: ") + f + " must be a weight of head_dim = " + std::to_string(hd) + " elements");
   const double splits = c.number("kv_splits", auto_kv_splits(c.program().sm_count, kv_heads));
   if (splits < 1 || splits > 64 || splits != std::floor(splits)) c.fail("kv_splits", "kv_splits must be 1 to 64");
-  if (!(c.number("eps", c.config("eps", 1e-6)) > 0)) c.fail("eps", "eps must be positive");
-  if (!(c.config("rope.theta", 10000) > 0)) c.fail(nullptr, "config rope.theta must be positive");
+  c.positive_float("eps", "eps", 1e-6);
+  c.positive_float(nullptr, "rope.theta", 10000);
   const std::string scaling = c.config_text("rope.scaling", "none");
   if (scaling != "none" && scaling != "llama3")
     c.fail(nullptr, "config rope.scaling is '" + scaling + "'; expected none or llama3");
+  if (scaling == "llama3") {  // the defaults are lower()'s
+    c.positive_float(nullptr, "rope.factor", 1);
+    c.positive_float(nullptr, "rope.original_max_position", 8192);
+    if (!(c.positive_float(nullptr, "rope.low_freq_factor", 1) < c.positive_float(nullptr, "rope.high_freq_factor", 4)))
+      c.fail(nullptr, "config rope.low_freq_factor must be less than rope.high_freq_factor (llama3 scaling divides by their difference)");
+  }
   const uint64_t heads = n / hd - 2ull * kv_heads;
   const uint64_t group = heads / kv_heads;
   if (heads > limits::kMaxDimension) c.fail("qkv", "more than " + std::to_string(limits::kMaxDimension) + " heads");

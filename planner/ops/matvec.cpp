@@ -61,7 +61,7 @@ uint64_t infer(OpCheck& c) {
   if (const TensorInfo* res = c.optional_tensor("residual"); res && res->elements() != rows)
     c.fail("residual", "shape mismatch: residual '" + res->name + "' has " + std::to_string(res->elements()) +
                            " elements, the output " + std::to_string(rows));
-  if (!(c.number("eps", c.config("eps", 1e-5)) > 0)) c.fail("eps", "eps must be positive");
+  c.positive_float("eps", "eps", 1e-5);
   c.set_output({rows});
   return rows;
 }

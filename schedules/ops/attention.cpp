@@ -26,7 +26,12 @@ std::string check_payload(const AttentionPayload& p, const Schedule& s) {
     return e;
   if (p.unit_begin >= p.unit_end || p.unit_end > uint64_t{p.kv_heads} * p.kv_splits) return "unit range outside the op";
   if (p.rope_scaling > static_cast<uint32_t>(RopeScaling::llama3)) return "unknown rope scaling";
-  if (!(p.rope_theta > 0.0f) || !(p.scale > 0.0f) || !(p.norm_eps > 0.0f)) return "theta, scale and eps must be positive";
+  auto positive = [](float v) { return v > 0.0f && std::isfinite(v); };
+  if (!positive(p.rope_theta) || !positive(p.scale) || !positive(p.norm_eps)) return "theta, scale and eps must be positive and finite";
+  if (p.rope_scaling == static_cast<uint32_t>(RopeScaling::llama3) &&
+      (!positive(p.rope_factor) || !positive(p.rope_original_max_position) || !positive(p.rope_low_freq_factor) ||
+       !positive(p.rope_high_freq_factor) || !(p.rope_low_freq_factor < p.rope_high_freq_factor)))
+    return "llama3 rope scaling needs positive, finite factors with low_freq_factor < high_freq_factor";
   return {};
 }
 

@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include "schedules/cost.hpp"
 #include "schedules/payload_checks.hpp"
 
@@ -29,7 +31,7 @@ std::string check_payload(const MatvecPayload& p, const Schedule& s) {
   if (auto e = expect_tensor(s, p.out, "out", DType::f32, rows, act); !e.empty()) return e;
   if (auto e = expect_optional_tensor(s, p.residual, "residual", DType::f32, rows, act); !e.empty()) return e;
   if (p.row_begin >= p.row_end || p.row_end > rows) return "row range outside the output";
-  if (!(p.eps > 0.0f)) return "eps must be positive";
+  if (!(p.eps > 0.0f) || !std::isfinite(p.eps)) return "eps must be positive and finite";
   return {};
 }
 
