@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -269,6 +270,43 @@ std::string trace_summary(const schedule::Schedule& s, const std::vector<TraceEv
       o << "; " << sum.bytes / sum.n / 1e3 << " KB, " << sum.bytes / sum.run / 1e3 << " GB/s, " << 100 * sum.bytes / sum.run / share
         << " %";
     o << "\n";
+  }
+  // The chain, op by op in program order: a task's own wait is mostly the previous op's slowest
+  // task, so each op is also measured as a whole (bench/NOTES.md, "Where a layer's time goes").
+  std::vector<uint64_t> first(s.ops.size(), UINT64_MAX), last(s.ops.size(), 0);
+  for (size_t i = 0; i < ev.size(); ++i) {
+    const uint32_t op = s.instructions[i].op;
+    first[op] = std::min(first[op], ev[i].ready);
+    last[op] = std::max(last[op], ev[i].end);
+  }
+  struct Link {
+    uint32_t n = 0, hops = 0;
+    double hop = 0, span = 0;
+  };
+  std::map<std::string, Link> chain;
+  std::vector<std::string> order;  // names in program order
+  bool have_prev = false;
+  uint64_t prev_last = 0;
+  for (size_t op = 0; op < s.ops.size(); ++op) {
+    if (first[op] == UINT64_MAX) continue;  // no instructions
+    std::string name = s.ops[op].name;
+    name.erase(std::remove_if(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }), name.end());
+    auto [it, fresh] = chain.try_emplace(name);
+    if (fresh) order.push_back(name);
+    Link& l = it->second;
+    ++l.n;
+    l.span += (last[op] - first[op]) / 1e3;
+    if (have_prev) l.hop += (static_cast<double>(first[op]) - static_cast<double>(prev_last)) / 1e3, ++l.hops;
+    have_prev = true;
+    prev_last = last[op];
+  }
+  o << "the chain, per op name in program order (mean over its instances): hop from the previous op's last signal to "
+       "its first task running, span from then to its own last signal\n";
+  for (const std::string& name : order) {
+    const Link& l = chain[name];
+    o << "  " << name << ": ";
+    if (l.hops) o << "hop " << l.hop / l.hops << " " << u << ", ";
+    o << "span " << l.span / l.n << " " << u << "\n";
   }
   return o.str();
 }

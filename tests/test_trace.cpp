@@ -113,6 +113,29 @@ TEST_CASE("trace: Chrome JSON, SVG and summary describe every instruction") {
   CHECK(mk::device::trace_summary(s, events, opt) != rated);
 }
 
+// The chain section measures each op as a whole: with every task of the k-th op (program order)
+// running from 10k + 1 to 10k + 5 us, each op spans 4 us and starts 6 us after the one before.
+TEST_CASE("trace: the summary's chain gives each op's hop and span") {
+  const auto plan = tiny_plan(4);
+  const mk::schedule::Schedule& s = plan.schedule;
+  std::vector<mk::device::TraceEvent> events(s.instructions.size());
+  for (size_t i = 0; i < events.size(); ++i) {
+    const uint64_t t = 1000000 + 10000 * uint64_t{s.instructions[i].op};
+    events[i] = {t, t + 1000, t + 5000, {0, 0}};
+  }
+  const std::string summary = mk::device::trace_summary(s, events);
+  CAPTURE(summary);
+  const size_t at = summary.find("the chain, per op name in program order");
+  REQUIRE(at != std::string::npos);
+  const std::string chain = summary.substr(at);
+  // x is the embed's x0 (the first op: no hop) and the down projections' x1..x3, one name.
+  for (const char* op : {"x", "qkv", "attn_part", "attn", "h", "act", "logits", "next_token"})
+    CHECK(chain.find("  " + std::string(op) + ": hop 6 us, span 4 us\n") != std::string::npos);
+  // In program order: the block's ops before the LM head and the argmax.
+  CHECK(chain.find("  qkv:") < chain.find("  attn_part:"));
+  CHECK(chain.find("  act:") < chain.find("  logits:"));
+}
+
 TEST_CASE("trace: hostile op names give valid JSON and SVG") {
   auto plan = tiny_plan(4);
   mk::schedule::Schedule s = plan.schedule;
