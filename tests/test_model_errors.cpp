@@ -326,23 +326,19 @@ TEST_CASE("model errors: matvec residual that is a weight") {
       41, 74, {"mlp_norm0", "activation"});
 }
 
-TEST_CASE("model errors: attention eps that is not positive") {
-  check_planner_error(
-      with_line(39, R"(        - {op: attention, qkv: "qkv{layer}", k_cache: "k{layer}", v_cache: "v{layer}", out: "attn_part{layer}", eps: 0, kv_splits: kv_splits, split: 2, chunks: 2})"),
-      39, 118, {"eps is 0", "must be positive"});
-}
-
 // Values the payload stores as float32: a positive double that rounds to zero (or overflows) in
 // float32 is refused at the YAML, not left to the schedule validator after planning.
+TEST_CASE("model errors: an attention eps that is not a positive float32") {
+  for (const auto& [eps, shown] : {std::pair{"0", "eps is 0"}, {"1.0e-46", "eps is 1e-46"}})
+    check_planner_error(
+        with_line(39, std::string(R"(        - {op: attention, qkv: "qkv{layer}", k_cache: "k{layer}", v_cache: "v{layer}", out: "attn_part{layer}", eps: )") +
+                          eps + ", kv_splits: kv_splits, split: 2, chunks: 2}"),
+        39, 118, {shown, "must be positive and fit a float32"});
+}
+
 TEST_CASE("model errors: a config eps that float32 cannot hold") {
   check_planner_error(with_line(10, "  eps: 1.0e-51"), 38, 11, {"config eps is 1e-51", "float32"});
   check_planner_error(with_line(10, "  eps: 1.0e+39"), 38, 11, {"config eps is 1e+39", "float32"});
-}
-
-TEST_CASE("model errors: an op eps that float32 cannot hold") {
-  check_planner_error(
-      with_line(39, R"(        - {op: attention, qkv: "qkv{layer}", k_cache: "k{layer}", v_cache: "v{layer}", out: "attn_part{layer}", eps: 1.0e-46, kv_splits: kv_splits, split: 2, chunks: 2})"),
-      39, 118, {"eps is 1e-46", "float32"});
 }
 
 TEST_CASE("model errors: rope parameters that attention cannot use") {

@@ -405,30 +405,39 @@ TEST_CASE("schedule validator: payload tensor ids and regions") {
     CHECK(contains(validator_refusal(s), "qkv: tensor "));
   }
   // Float fields a file could carry that no planner writes: refused rather than turned into NaN.
-  SUBCASE("matvec eps that is not finite") {
-    Schedule s = good;
-    const uint32_t i = first_of(s, Opcode::matvec);
-    auto p = payload<mk::schedule::MatvecPayload>(s.instructions[i]);
-    p.eps = std::numeric_limits<float>::infinity();
-    set_payload(s.instructions[i], p);
-    CHECK(contains(validator_refusal(s), where(s, i) + "matvec: eps must be positive and finite"));
-  }
-  SUBCASE("attention eps that is NaN") {
-    Schedule s = good;
-    const uint32_t i = first_of(s, Opcode::attention);
-    auto p = payload<mk::schedule::AttentionPayload>(s.instructions[i]);
-    p.norm_eps = std::numeric_limits<float>::quiet_NaN();
-    set_payload(s.instructions[i], p);
-    CHECK(contains(validator_refusal(s), where(s, i) + "attention: theta, scale and eps must be positive and finite"));
-  }
-  SUBCASE("attention llama3 frequency factors out of order") {
-    Schedule s = good;
-    const uint32_t i = first_of(s, Opcode::attention);
-    auto p = payload<mk::schedule::AttentionPayload>(s.instructions[i]);
-    REQUIRE(p.rope_scaling == static_cast<uint32_t>(mk::schedule::RopeScaling::llama3));
-    p.rope_low_freq_factor = p.rope_high_freq_factor;  // llama3 scaling divides by their difference
-    set_payload(s.instructions[i], p);
-    CHECK(contains(validator_refusal(s), where(s, i) + "attention: llama3 rope scaling needs positive, finite factors"));
+  SUBCASE("float fields that are not positive and finite") {
+    using mk::schedule::AttentionPayload, mk::schedule::MatvecPayload;
+    auto refused = [&](Opcode op, auto edit, const std::string& why) {
+      Schedule s = good;
+      const uint32_t i = first_of(s, op);
+      edit(s.instructions[i]);
+      CHECK(contains(validator_refusal(s), where(s, i) + why));
+    };
+    refused(
+        Opcode::matvec,
+        [](auto& in) {
+          auto p = payload<MatvecPayload>(in);
+          p.eps = std::numeric_limits<float>::infinity();
+          set_payload(in, p);
+        },
+        "matvec: eps must be positive and finite");
+    refused(
+        Opcode::attention,
+        [](auto& in) {
+          auto p = payload<AttentionPayload>(in);
+          p.norm_eps = std::numeric_limits<float>::quiet_NaN();
+          set_payload(in, p);
+        },
+        "attention: theta, scale and eps must be positive and finite");
+    refused(
+        Opcode::attention,
+        [](auto& in) {
+          auto p = payload<AttentionPayload>(in);
+          REQUIRE(p.rope_scaling == static_cast<uint32_t>(mk::schedule::RopeScaling::llama3));
+          p.rope_low_freq_factor = p.rope_high_freq_factor;  // llama3 scaling divides by their difference
+          set_payload(in, p);
+        },
+        "attention: llama3 rope scaling needs positive, finite factors");
   }
   SUBCASE("attn_reduce head range beyond the op") {
     Schedule s = good;
