@@ -17,8 +17,7 @@ namespace mk::io {
 // what(): one phrase every reader prefixes with its file: "not valid JSON: <where and why>", or
 // one of the checks above.
 struct JsonError : std::runtime_error {
-  bool syntax;  // not JSON at all, else one of the checks above
-  JsonError(const std::string& what, bool is_syntax) : std::runtime_error(what), syntax(is_syntax) {}
+  using std::runtime_error::runtime_error;
 };
 
 inline nlohmann::json parse_checked_json(std::string_view text, int max_depth) {
@@ -28,13 +27,13 @@ inline nlohmann::json parse_checked_json(std::string_view text, int max_depth) {
     switch (event) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
-        if (depth >= max_depth) throw JsonError("JSON nested deeper than " + std::to_string(max_depth) + " levels", false);
+        if (depth >= max_depth) throw JsonError("JSON nested deeper than " + std::to_string(max_depth) + " levels");
         if (event == json::parse_event_t::object_start) keys.emplace_back();
         break;
       case json::parse_event_t::object_end: keys.pop_back(); break;
       case json::parse_event_t::key:
         if (!keys.empty() && !keys.back().insert(value.get<std::string>()).second)
-          throw JsonError("JSON key '" + value.get<std::string>() + "' given twice in one object", false);
+          throw JsonError("JSON key '" + value.get<std::string>() + "' given twice in one object");
         break;
       default: break;
     }
@@ -46,7 +45,7 @@ inline nlohmann::json parse_checked_json(std::string_view text, int max_depth) {
     // "not valid JSON: parse error at line 1, column 9: ...", without nlohmann's "[json.exception...] " tag
     std::string what = e.what();
     if (const size_t tag = what.find("] "); what.starts_with("[json.exception") && tag != std::string::npos) what.erase(0, tag + 2);
-    throw JsonError("not valid JSON: " + what, true);
+    throw JsonError("not valid JSON: " + what);
   }
 }
 

@@ -272,41 +272,34 @@ std::string trace_summary(const schedule::Schedule& s, const std::vector<TraceEv
     o << "\n";
   }
   // The chain, op by op in program order: a task's own wait is mostly the previous op's slowest
-  // task, so each op is also measured as a whole (bench/NOTES.md, "Where a layer's time goes").
+  // task, so each op is also measured as a whole (bench/NOTES.md, "Where a layer's time goes"),
+  // then averaged over its kind (an op, or one position of the layer block: schedules/op_kinds).
   std::vector<uint64_t> first(s.ops.size(), UINT64_MAX), last(s.ops.size(), 0);
   for (size_t i = 0; i < ev.size(); ++i) {
     const uint32_t op = s.instructions[i].op;
     first[op] = std::min(first[op], ev[i].ready);
     last[op] = std::max(last[op], ev[i].end);
   }
-  struct Link {
-    uint32_t n = 0, hops = 0;
-    double hop = 0, span = 0;
-  };
-  std::map<std::string, Link> chain;
-  std::vector<std::string> order;  // names in program order
+  const schedule::OpKinds kinds = schedule::op_kinds(s.ops);
+  std::vector<double> hop(kinds.kinds.size(), 0), span(kinds.kinds.size(), 0);
+  std::vector<uint32_t> hops(kinds.kinds.size(), 0), spans(kinds.kinds.size(), 0);
   bool have_prev = false;
   uint64_t prev_last = 0;
   for (size_t op = 0; op < s.ops.size(); ++op) {
     if (first[op] == UINT64_MAX) continue;  // no instructions
-    std::string name = s.ops[op].name;
-    name.erase(std::remove_if(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }), name.end());
-    auto [it, fresh] = chain.try_emplace(name);
-    if (fresh) order.push_back(name);
-    Link& l = it->second;
-    ++l.n;
-    l.span += (last[op] - first[op]) / 1e3;
-    if (have_prev) l.hop += (static_cast<double>(first[op]) - static_cast<double>(prev_last)) / 1e3, ++l.hops;
+    const uint32_t k = kinds.kind_of[op];
+    span[k] += (last[op] - first[op]) / 1e3, ++spans[k];
+    if (have_prev) hop[k] += (static_cast<double>(first[op]) - static_cast<double>(prev_last)) / 1e3, ++hops[k];
     have_prev = true;
     prev_last = last[op];
   }
-  o << "the chain, per op name in program order (mean over its instances): hop from the previous op's last signal to "
-       "its first task running, span from then to its own last signal\n";
-  for (const std::string& name : order) {
-    const Link& l = chain[name];
-    o << "  " << name << ": ";
-    if (l.hops) o << "hop " << l.hop / l.hops << " " << u << ", ";
-    o << "span " << l.span / l.n << " " << u << "\n";
+  o << "the chain, per op of the program (a block position: mean over the layers): hop from the previous op's last "
+       "signal to its first task running, span from then to its own last signal\n";
+  for (size_t k = 0; k < kinds.kinds.size(); ++k) {
+    if (!spans[k]) continue;
+    o << "  " << kinds.kinds[k].label << ": ";
+    if (hops[k]) o << "hop " << hop[k] / hops[k] << " " << u << ", ";
+    o << "span " << span[k] / spans[k] << " " << u << "\n";
   }
   return o.str();
 }

@@ -17,6 +17,10 @@ struct Dims {
   uint32_t heads, kv_heads, head_dim, splits;
 };
 
+// Where the model's config leaves a value out: checked by infer(), stored by lower().
+constexpr double kEps = 1e-6, kRopeTheta = 10000, kRopeFactor = 1, kRopeLowFreq = 1, kRopeHighFreq = 4,
+                 kRopeOriginalMax = 8192;
+
 Dims dims_of(const Program& p, const OpInfo& op) {
   const TensorInfo& k = p.tensors[p.find(op.decl->field("k_cache")->items.front())];
   const TensorInfo& qkv = p.tensors[p.find(op.decl->field("qkv")->items.front())];
@@ -49,15 +53,16 @@ uint64_t infer(OpCheck& c) {
       c.fail(f, std::string("shape mismatch: ") + f + " must be a weight of head_dim = " + std::to_string(hd) + " elements");
   const double splits = c.number("kv_splits", auto_kv_splits(c.program().sm_count, kv_heads));
   if (splits < 1 || splits > 64 || splits != std::floor(splits)) c.fail("kv_splits", "kv_splits must be 1 to 64");
-  c.positive_float("eps", "eps", 1e-6);
-  c.positive_float(nullptr, "rope.theta", 10000);
+  c.positive_float("eps", "eps", kEps);
+  c.positive_float(nullptr, "rope.theta", kRopeTheta);
   const std::string scaling = c.config_text("rope.scaling", "none");
   if (scaling != "none" && scaling != "llama3")
     c.fail(nullptr, "config rope.scaling is '" + scaling + "'; expected none or llama3");
-  if (scaling == "llama3") {  // the defaults are lower()'s
-    c.positive_float(nullptr, "rope.factor", 1);
-    c.positive_float(nullptr, "rope.original_max_position", 8192);
-    if (!(c.positive_float(nullptr, "rope.low_freq_factor", 1) < c.positive_float(nullptr, "rope.high_freq_factor", 4)))
+  if (scaling == "llama3") {
+    c.positive_float(nullptr, "rope.factor", kRopeFactor);
+    c.positive_float(nullptr, "rope.original_max_position", kRopeOriginalMax);
+    if (!(c.positive_float(nullptr, "rope.low_freq_factor", kRopeLowFreq) <
+          c.positive_float(nullptr, "rope.high_freq_factor", kRopeHighFreq)))
       c.fail(nullptr, "config rope.low_freq_factor must be less than rope.high_freq_factor (llama3 scaling divides by their difference)");
   }
   const uint64_t heads = n / hd - 2ull * kv_heads;
@@ -89,15 +94,15 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t begin, uint32_t end)
   pl.unit_begin = begin;
   pl.unit_end = end;
   const dsl::Value* eps = op.decl->field("eps");
-  pl.norm_eps = static_cast<float>(eps ? *eps->number : m.number("eps", 1e-6));
+  pl.norm_eps = static_cast<float>(eps ? *eps->number : m.number("eps", kEps));
   pl.scale = static_cast<float>(1.0 / std::sqrt(double(d.head_dim)));
-  pl.rope_theta = static_cast<float>(m.number("rope.theta", 10000));
+  pl.rope_theta = static_cast<float>(m.number("rope.theta", kRopeTheta));
   pl.rope_scaling = static_cast<uint32_t>(m.text("rope.scaling", "none") == "llama3" ? schedule::RopeScaling::llama3
                                                                                        : schedule::RopeScaling::none);
-  pl.rope_factor = static_cast<float>(m.number("rope.factor", 1));
-  pl.rope_low_freq_factor = static_cast<float>(m.number("rope.low_freq_factor", 1));
-  pl.rope_high_freq_factor = static_cast<float>(m.number("rope.high_freq_factor", 4));
-  pl.rope_original_max_position = static_cast<float>(m.number("rope.original_max_position", 8192));
+  pl.rope_factor = static_cast<float>(m.number("rope.factor", kRopeFactor));
+  pl.rope_low_freq_factor = static_cast<float>(m.number("rope.low_freq_factor", kRopeLowFreq));
+  pl.rope_high_freq_factor = static_cast<float>(m.number("rope.high_freq_factor", kRopeHighFreq));
+  pl.rope_original_max_position = static_cast<float>(m.number("rope.original_max_position", kRopeOriginalMax));
 
   TaskSpec t;
   const uint64_t part = uint64_t{rep} * (d.head_dim + 2);

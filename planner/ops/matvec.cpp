@@ -6,6 +6,8 @@ namespace {
 
 using schedule::MatvecAct;
 
+constexpr double kEps = 1e-5;  // where neither the op nor the model's config gives eps
+
 constexpr FieldSpec kFields[] = {
     {"in", FieldKind::input, true},       {"norm", FieldKind::input, false}, {"weight", FieldKind::input_list, true},
     {"residual", FieldKind::input, false}, {"act", FieldKind::text, false},   {"eps", FieldKind::number, false},
@@ -61,7 +63,7 @@ uint64_t infer(OpCheck& c) {
   if (const TensorInfo* res = c.optional_tensor("residual"); res && res->elements() != rows)
     c.fail("residual", "shape mismatch: residual '" + res->name + "' has " + std::to_string(res->elements()) +
                            " elements, the output " + std::to_string(rows));
-  c.positive_float("eps", "eps", 1e-5);
+  c.positive_float("eps", "eps", kEps);
   c.set_output({rows});
   return rows;
 }
@@ -77,7 +79,7 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t begin, uint32_t end)
   pl.out = op.out;
   pl.residual = id("residual");
   const dsl::Value* eps = op.decl->field("eps");
-  pl.eps = static_cast<float>(eps ? *eps->number : p.model->number("eps", 1e-5));
+  pl.eps = static_cast<float>(eps ? *eps->number : p.model->number("eps", kEps));
   const bool silu = is_silu(op);
   pl.act = static_cast<uint32_t>(silu ? MatvecAct::silu_mul : MatvecAct::none);
   pl.cols = static_cast<uint32_t>(p.tensors[pl.in].elements());
