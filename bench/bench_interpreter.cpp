@@ -25,6 +25,7 @@ double median(std::vector<double> v) {
 constexpr uint32_t kSequence = 64;  // steps launched back to back, tokens fed on the device
 
 uint32_t g_stages = 0;  // --stages: the weight ring's depth, 0 for the executor's choice
+uint32_t g_kv_split_positions = schedule::kNone;  // --kv-split-positions; kNone: the schedule's
 
 // Median step time of `reps` single launches at position context - 1; with `sequence`, also the
 // mean of kSequence steps launched back to back from `context` on (as mkrun runs them).
@@ -33,6 +34,7 @@ std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t 
   device::ExecutorOptions eo;
   eo.max_context = context + kSequence;
   eo.ring_stages = g_stages;
+  eo.kv_split_positions = g_kv_split_positions;
   device::CudaExecutor exec(s, eo);
   for (uint32_t t = 0; t < s.tensors.size(); ++t) {
     const schedule::Tensor& tensor = s.tensors[t];
@@ -82,6 +84,9 @@ int main(int argc, char** argv) {
   app.add_option("--trace", trace, "also trace one step: writes PREFIX.json (Chrome/Perfetto) and PREFIX.svg, prints a per-op summary");
   app.add_option("--stages", g_stages, "use at most this many weight ring stages (0: as many as shared memory holds)")
       ->capture_default_str();
+  app.add_option("--kv-split-positions", g_kv_split_positions,
+                 "one KV split per this many positions, and short steps up to it (0: every split at every step; "
+                 "default: the schedule's, from the model's config kv_split_positions)");
   CLI11_PARSE(app, argc, argv);
   try {
     const schedule::Schedule s = schedule::read_file(path);

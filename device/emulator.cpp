@@ -16,7 +16,7 @@ bool Emulator::ready(const schedule::Instruction& inst, uint32_t generation) con
 
 void Emulator::execute(const schedule::Instruction& inst, const schedule::StepContext& ctx, const TensorTable& mem) {
   cpu_execute(inst, ctx, mem);
-  for (uint32_t c : s_.signals_of(inst)) ++counters_[c];
+  for (uint32_t c : s_.signals_of(inst, schedule::short_step(ctx))) ++counters_[c];
 }
 
 void Emulator::run_step(const schedule::StepContext& ctx, const TensorTable& mem, Order order, uint64_t seed) {
@@ -39,7 +39,7 @@ void Emulator::run_step(const schedule::StepContext& ctx, const TensorTable& mem
     e.start = e.ready = sm_free[sm];
     for (const schedule::Wait& w : s_.waits_of(inst)) e.ready = std::max(e.ready, signalled[w.counter]);
     e.end = e.ready + kTick;
-    for (uint32_t c : s_.signals_of(inst)) signalled[c] = std::max(signalled[c], e.end);
+    for (uint32_t c : s_.signals_of(inst, schedule::short_step(ctx))) signalled[c] = std::max(signalled[c], e.end);
     sm_free[sm] = e.end;
   };
   std::mt19937_64 rng(seed);

@@ -73,6 +73,12 @@ struct OpDef {
   uint64_t (*infer)(OpCheck&);
   // Lowers units [begin, end) of the op to one task.
   TaskSpec (*lower)(const Program&, const OpInfo&, uint32_t unit_begin, uint32_t unit_end);
+  // Optional: the op's short path (schedules/format.hpp: short steps). For one of its tasks, the
+  // unit of the op producing its first input whose task can do this task's work at short steps
+  // (kNone: none can). take_over() then marks the two instructions' payloads (false: the taker
+  // cannot), and the planner moves the task's signals into the taker's short signal list.
+  uint32_t (*short_taker_unit)(const schedule::Instruction& task) = nullptr;
+  bool (*take_over)(schedule::Instruction& taker, schedule::Instruction& task) = nullptr;
 };
 
 const OpDef& op_def(schedule::Opcode);

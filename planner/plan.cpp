@@ -14,12 +14,24 @@ using Bits = std::vector<uint64_t>;
 
 double task_us(const Task& t, const schedule::CostModel& cost) { return schedule::instruction_us(t.spec.inst, cost, kPlanContext); }
 
-// Lowers every op into `split` tasks of near-equal unit ranges (sizes differ by at most one,
-// so a split need not divide the units: 132 SMs can share 3072 rows).
+// Task i of an op owns units [unit_bound(i), unit_bound(i + 1)): near-equal ranges (sizes differ
+// by at most one, so a split need not divide the units: 132 SMs can share 3072 rows).
+uint32_t unit_bound(const OpInfo& op, uint32_t i) { return static_cast<uint32_t>(uint64_t{i} * op.units / op.split); }
+
+// The task (index within its op) that owns `unit`.
+uint32_t task_of_unit(const OpInfo& op, uint32_t unit) {
+  uint32_t lo = 0, hi = op.split;  // unit_bound(lo) <= unit < unit_bound(hi)
+  while (hi - lo > 1) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    (unit_bound(op, mid) <= unit ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 void lower_tasks(Plan& p) {
   for (uint32_t o = 0; o < p.program.ops.size(); ++o) {
     const OpInfo& op = p.program.ops[o];
-    auto bound = [&](uint32_t i) { return static_cast<uint32_t>(uint64_t{i} * op.units / op.split); };
+    auto bound = [&](uint32_t i) { return unit_bound(op, i); };
     for (uint32_t i = 0; i < op.split; ++i) {
       Task t;
       t.op = o;
@@ -121,6 +133,43 @@ void derive_counters(Plan& p, const Index& ix) {
   }
 }
 
+// Short steps (schedules/format.hpp): a task of an op with a short path is done there by a task
+// of the op producing its input (its taker, an ancestor), which signals for it; the task itself
+// signals nothing. Each counter thus gets the same number of signals at every step, and a
+// consumer that waited for the task now waits for its taker. verify() proves both paths.
+void derive_short_signals(Plan& p, const Index& ix) {
+  for (Task& t : p.tasks) t.short_signals = t.signals;
+  std::vector<uint32_t> taker_of(p.tasks.size(), schedule::kNone);
+  for (uint32_t o = 0; o < p.program.ops.size(); ++o) {
+    const OpInfo& op = p.program.ops[o];
+    const OpDef& def = op_def(op.opcode);
+    if (!def.short_taker_unit || op.inputs.empty()) continue;
+    const uint32_t from = ix.producer[op.inputs.front()];
+    if (from == schedule::kNone) continue;
+    // Every task of the op or none: a taker writes the whole output its unit feeds.
+    auto taker_unit = [&](uint32_t t) { return def.short_taker_unit(p.tasks[t].spec.inst); };
+    bool all = true;
+    for (uint32_t t = ix.first_task[o]; t < ix.first_task[o + 1]; ++t) all &= taker_unit(t) < p.program.ops[from].units;
+    if (!all) continue;
+    for (uint32_t t = ix.first_task[o]; t < ix.first_task[o + 1]; ++t) {
+      Task& taker = p.tasks[ix.first_task[from] + task_of_unit(p.program.ops[from], taker_unit(t))];
+      if (!def.take_over(taker.spec.inst, p.tasks[t].spec.inst)) break;  // the same producer for every task
+      taker.short_signals.insert(taker.short_signals.end(), p.tasks[t].signals.begin(), p.tasks[t].signals.end());
+      p.tasks[t].short_signals.clear();
+      taker_of[t] = static_cast<uint32_t>(&taker - p.tasks.data());
+      ++p.short_takeovers;
+    }
+  }
+  // A counter listed n times in a row gets one increment of n on the GPU (one release, not n).
+  for (uint32_t t = 0; t < p.tasks.size(); ++t)
+    if (taker_of[t] != schedule::kNone) {
+      std::vector<uint32_t>& list = p.tasks[taker_of[t]].short_signals;
+      std::sort(list.begin(), list.end());
+    }
+  for (const auto& [producer, consumer] : p.edges)
+    p.short_edges.emplace_back(taker_of[producer] == schedule::kNone ? producer : taker_of[producer], consumer);
+}
+
 // The tasks each task waits for, through its (reduced) waits.
 std::vector<std::vector<uint32_t>> wait_preds(const Plan& p) {
   std::vector<std::vector<uint32_t>> signalers(p.counters.size());
@@ -213,6 +262,7 @@ void build_schedule(Plan& p, uint32_t sms, const std::vector<std::vector<uint32_
   s.counter_count = static_cast<uint32_t>(p.counters.size());
   s.logits_tensor = p.program.logits;
   s.token_tensor = p.program.token;
+  s.kv_split_positions = kv_split_positions(*p.program.model);
   for (const TensorInfo& t : p.program.tensors) s.tensors.push_back({t.name, t.key, t.role, t.dtype, t.shape});
   uint32_t first = 0;
   for (const OpInfo& op : p.program.ops) {
@@ -233,6 +283,12 @@ void build_schedule(Plan& p, uint32_t sms, const std::vector<std::vector<uint32_
       inst.signal_count = static_cast<uint16_t>(task.signals.size());
       s.waits.insert(s.waits.end(), task.waits.begin(), task.waits.end());
       s.signals.insert(s.signals.end(), task.signals.begin(), task.signals.end());
+      inst.short_signal_begin = inst.signal_begin;  // the same list where they agree
+      inst.short_signal_count = static_cast<uint16_t>(task.short_signals.size());
+      if (task.short_signals != task.signals) {
+        inst.short_signal_begin = static_cast<uint32_t>(s.signals.size());
+        s.signals.insert(s.signals.end(), task.short_signals.begin(), task.short_signals.end());
+      }
       s.instructions.push_back(inst);
     }
     s.sm_offsets.push_back(static_cast<uint32_t>(s.instructions.size()));
@@ -260,8 +316,9 @@ Plan plan(const dsl::ModelGraph& model, const PlanOptions& options) {
   const Index ix = index_of(p);
   derive_edges(p, ix);
   derive_counters(p, ix);
+  derive_short_signals(p, ix);
   for (const Task& t : p.tasks)
-    if (t.waits.size() > 0xffff || t.signals.size() > 0xffff)
+    if (t.waits.size() > 0xffff || t.signals.size() > 0xffff || t.short_signals.size() > 0xffff)
       throw dsl::Error(p.program.ops[t.op].decl->loc, "op '" + p.program.ops[t.op].name + "' has a task with over 65535 waits or signals; use fewer chunks");
   const auto preds = wait_preds(p);
   std::vector<double> us;  // each task's cost by the cost model, computed once
@@ -271,7 +328,7 @@ Plan plan(const dsl::ModelGraph& model, const PlanOptions& options) {
   critical_path(p, preds, us);
   build_schedule(p, options.sm_count, queues);
   schedule::validate(p.schedule);
-  verify(p.schedule, p.edges);
+  verify(p.schedule, p.edges, p.short_edges);
   return p;
 }
 

@@ -29,6 +29,7 @@ struct Task {
   uint32_t op = 0, index = 0;  // index within its op
   TaskSpec spec;
   std::vector<uint32_t> signals;         // counters it increments
+  std::vector<uint32_t> short_signals;   // at short steps (schedules/format.hpp)
   std::vector<schedule::Wait> waits;     // after redundant waits are removed
   uint32_t full_wait_count = 0;          // before
   uint32_t sm = 0;
@@ -52,6 +53,8 @@ struct Plan {
   Program program;
   std::vector<Task> tasks;  // id order: ops in dataflow order, tasks in unit order
   std::vector<std::pair<uint32_t, uint32_t>> edges;  // (producer, consumer): a read overlaps a write
+  std::vector<std::pair<uint32_t, uint32_t>> short_edges;  // the same at short steps (taken-over producers replaced)
+  uint32_t short_takeovers = 0;  // tasks done by another task at short steps
   std::vector<Counter> counters;
   schedule::Schedule schedule;
   PlanStats stats;
@@ -66,8 +69,10 @@ struct PlanError : std::runtime_error {
 };
 // Proves that every wait target equals the number of signals of its counter, that every task
 // runs exactly once, that every required edge is implied by the waits and queue order, and
-// that the schedule cannot deadlock (the graph of waits and queue order is acyclic).
-void verify(const schedule::Schedule&, const std::vector<std::pair<uint32_t, uint32_t>>& required_edges);
+// that the schedule cannot deadlock (the graph of waits and queue order is acyclic); then the
+// same for short steps, with each instruction's short signal list and `short_edges`.
+using Edges = std::vector<std::pair<uint32_t, uint32_t>>;
+void verify(const schedule::Schedule&, const Edges& required_edges, const Edges& short_edges);
 
 std::string summary(const Plan&);
 enum class DotLevel { op, task };

@@ -34,43 +34,23 @@ std::string counter_name(const Schedule& s, const std::vector<std::vector<uint32
 
 [[noreturn]] void refuse(const std::string& why) { throw PlanError("schedule refused: " + why); }
 
-}  // namespace
-
-void verify(const Schedule& s, const std::vector<std::pair<uint32_t, uint32_t>>& required_edges) {
-  try {
-    schedule::validate(s);  // every id in range before it is used as an index
-  } catch (const schedule::ScheduleError& e) {
-    refuse(e.what());
-  }
+// One path's proof: every step signals with `short_step`'s lists; `why` begins each refusal.
+void verify_path(const Schedule& s, const Where& w, const Edges& required_edges, bool short_step, const std::string& why) {
   const uint32_t n = static_cast<uint32_t>(s.instructions.size());
-  Where w;
-  w.sm.resize(n);
-  w.slot.resize(n);
-  w.instruction.assign(s.task_count, schedule::kNone);
-  for (uint32_t sm = 0; sm < s.sm_count; ++sm)
-    for (uint32_t i = s.sm_offsets[sm]; i < s.sm_offsets[sm + 1]; ++i) {
-      w.sm[i] = sm;
-      w.slot[i] = i - s.sm_offsets[sm];
-      const uint32_t task = s.instructions[i].task;
-      if (w.instruction[task] != schedule::kNone)
-        refuse("task " + std::to_string(task) + " is scheduled twice: " + describe(s, w, w.instruction[task]) + " and " +
-               describe(s, w, i));
-      w.instruction[task] = i;
-    }
-  for (uint32_t t = 0; t < s.task_count; ++t)
-    if (w.instruction[t] == schedule::kNone) refuse("task " + std::to_string(t) + " is on no SM's queue");
+  auto refuse = [&](const std::string& what) { ::mk::planner::refuse(why + what); };
+  auto signals_of = [&](const Instruction& inst) { return s.signals_of(inst, short_step); };
 
-  // Exact targets: each wait's target is the number of tasks that signal its counter.
+  // Exact targets: each wait's target is the number of signals its counter gets.
   std::vector<std::vector<uint32_t>> signalers(s.counter_count);
   for (uint32_t i = 0; i < n; ++i)
-    for (uint32_t c : s.signals_of(s.instructions[i])) signalers[c].push_back(i);
+    for (uint32_t c : signals_of(s.instructions[i])) signalers[c].push_back(i);
   for (uint32_t i = 0; i < n; ++i)
     for (const schedule::Wait& wt : s.waits_of(s.instructions[i])) {
       const size_t have = signalers[wt.counter].size();
       if (wt.target == have) continue;
       std::ostringstream o;
       o << describe(s, w, i) << " waits for " << counter_name(s, signalers, wt.counter) << " to reach " << wt.target
-        << " but " << have << " task" << (have == 1 ? "" : "s") << " signal it: "
+        << " but it gets " << have << " signal" << (have == 1 ? "" : "s") << ": "
         << (have < wt.target ? "the wait can never be met (deadlock)" : "the wait could pass before all its producers finish");
       refuse(o.str());
     }
@@ -106,7 +86,7 @@ void verify(const Schedule& s, const std::vector<std::pair<uint32_t, uint32_t>>&
   std::vector<std::vector<uint64_t>> done(s.counter_count, std::vector<uint64_t>(words, 0));
   for (uint32_t c = 0; c < s.counter_count; ++c) done[c][c / 64] |= uint64_t{1} << (c % 64);
   for (uint32_t i : *order)
-    for (uint32_t c : s.signals_of(s.instructions[i]))
+    for (uint32_t c : signals_of(s.instructions[i]))
       for (const schedule::Wait& wt : s.waits_of(s.instructions[i]))
         for (size_t k = 0; k < words; ++k) done[c][k] |= done[wt.counter][k];
 
@@ -117,12 +97,42 @@ void verify(const Schedule& s, const std::vector<std::pair<uint32_t, uint32_t>>&
     if (w.sm[pi] == w.sm[ci] && w.slot[pi] < w.slot[ci]) continue;
     bool covered = false;
     for (const schedule::Wait& wt : s.waits_of(s.instructions[ci]))
-      for (uint32_t c : s.signals_of(s.instructions[pi]))
+      for (uint32_t c : signals_of(s.instructions[pi]))
         covered |= (done[wt.counter][c / 64] >> (c % 64)) & 1;
     if (!covered)
       refuse("missing dependency: " + describe(s, w, ci) + " reads what " + describe(s, w, pi) +
              " writes, but none of its waits implies that the producer has finished");
   }
+}
+
+}  // namespace
+
+void verify(const Schedule& s, const Edges& required_edges, const Edges& short_edges) {
+  try {
+    schedule::validate(s);  // every id in range before it is used as an index
+  } catch (const schedule::ScheduleError& e) {
+    refuse(e.what());
+  }
+  const uint32_t n = static_cast<uint32_t>(s.instructions.size());
+  Where w;
+  w.sm.resize(n);
+  w.slot.resize(n);
+  w.instruction.assign(s.task_count, schedule::kNone);
+  for (uint32_t sm = 0; sm < s.sm_count; ++sm)
+    for (uint32_t i = s.sm_offsets[sm]; i < s.sm_offsets[sm + 1]; ++i) {
+      w.sm[i] = sm;
+      w.slot[i] = i - s.sm_offsets[sm];
+      const uint32_t task = s.instructions[i].task;
+      if (w.instruction[task] != schedule::kNone)
+        refuse("task " + std::to_string(task) + " is scheduled twice: " + describe(s, w, w.instruction[task]) + " and " +
+               describe(s, w, i));
+      w.instruction[task] = i;
+    }
+  for (uint32_t t = 0; t < s.task_count; ++t)
+    if (w.instruction[t] == schedule::kNone) refuse("task " + std::to_string(t) + " is on no SM's queue");
+
+  verify_path(s, w, required_edges, false, "");
+  verify_path(s, w, short_edges, true, "at short steps (positions up to kv_split_positions): ");
 }
 
 }  // namespace mk::planner

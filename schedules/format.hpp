@@ -18,7 +18,7 @@
 namespace mk::schedule {
 
 inline constexpr char kMagic[8] = {'M', 'K', 'S', 'C', 'H', 'E', 'D', '\0'};
-inline constexpr uint32_t kFormatVersion = 2;  // 2: matvec biases
+inline constexpr uint32_t kFormatVersion = 3;  // 2: matvec biases; 3: short steps
 inline constexpr uint32_t kNone = 0xffffffffu;  // "no tensor" in a payload field
 inline constexpr uint32_t kMaxRank = 4;
 inline constexpr uint32_t kPayloadBytes = 96;
@@ -51,7 +51,8 @@ struct FileHeader {
   uint32_t string_bytes;
   uint32_t logits_tensor;  // f32 [vocab], what --dump-logits writes
   uint32_t token_tensor;   // i32 [1], the greedy token each step produces
-  uint32_t reserved[5];
+  uint32_t kv_split_positions;  // StepContext::kv_split_positions unless the runtime is told otherwise
+  uint32_t reserved[4];
 };
 static_assert(sizeof(FileHeader) == 96);
 
@@ -78,16 +79,20 @@ struct Wait {
   uint32_t target;
 };
 
+// At a short step (short_step below) an instruction signals its short list instead of its
+// signal list: there a task of attention does its attn_reduce task's work and signals for it,
+// and that attn_reduce task signals nothing. The lists are the same range where they agree.
 struct Instruction {
   uint16_t opcode;
   uint16_t wait_count;
   uint32_t wait_begin;    // into the wait section
   uint32_t signal_begin;  // into the signal section (counter ids, each incremented by one)
   uint16_t signal_count;
-  uint16_t reserved0;
+  uint16_t short_signal_count;
   uint32_t op;    // index into the op table
   uint32_t task;  // global task id
-  uint32_t reserved1[2];
+  uint32_t short_signal_begin;  // into the signal section
+  uint32_t reserved;
   alignas(4) unsigned char payload[kPayloadBytes];
 };
 static_assert(sizeof(Instruction) == 128);
@@ -100,9 +105,15 @@ struct StepContext {
   uint32_t max_context;     // KV-cache capacity in positions
   uint32_t generation;      // counter generation of this step, >= 1
   uint32_t batch;           // sequences decoded together (1)
+  // The attention uses one KV split per this many cached positions (at most its kv_splits);
+  // 0: always every split. Steps at positions up to it are short (one split each).
+  uint32_t kv_split_positions;
   const int32_t* tokens;    // [batch] the token ids decoded at this step
   int32_t* next_tokens;     // [batch] where the step's greedy tokens also go (the next step's input), or null
 };
+
+// A step whose every attention has one active KV split: the one that also does attn_reduce's work.
+MK_HD inline bool short_step(const StepContext& c) { return c.kv_split_positions != 0 && c.pos <= c.kv_split_positions; }
 
 template <class P>
 MK_HD inline const P& payload_as(const Instruction& inst) {

@@ -125,6 +125,7 @@ std::vector<uint8_t> serialize(const Schedule& s) {
   h.string_bytes = static_cast<uint32_t>(strings.size());
   h.logits_tensor = s.logits_tensor;
   h.token_tensor = s.token_tensor;
+  h.kv_split_positions = s.kv_split_positions;
   if (s.sm_offsets.size() != size_t{s.sm_count} + 1) throw ScheduleError("sm_offsets must have sm_count + 1 entries");
 
   const Layout l = layout_of(h);
@@ -202,6 +203,7 @@ Schedule deserialize(std::span<const uint8_t> bytes, const std::string& source) 
   s.counter_count = h.counter_count;
   s.logits_tensor = h.logits_tensor;
   s.token_tensor = h.token_tensor;
+  s.kv_split_positions = h.kv_split_positions;
   s.tensors.resize(h.tensor_count);
   for (uint32_t i = 0; i < h.tensor_count; ++i) {
     const size_t at = l.tensors + size_t{i} * sizeof(TensorRecord);
@@ -280,6 +282,8 @@ void validate(const Schedule& s) {
       };
       if (uint64_t{inst.wait_begin} + inst.wait_count > s.waits.size()) bad(where(), "waits out of range");
       if (uint64_t{inst.signal_begin} + inst.signal_count > s.signals.size()) bad(where(), "signals out of range");
+      if (uint64_t{inst.short_signal_begin} + inst.short_signal_count > s.signals.size())
+        bad(where(), "short-step signals out of range");
       if (inst.op >= s.ops.size()) bad(where(), "op index ", inst.op, " out of range");
       if (inst.task >= s.task_count) bad(where(), "task id out of range");
       std::string err;

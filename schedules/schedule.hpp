@@ -43,6 +43,7 @@ struct Schedule {
   std::vector<uint32_t> signals;
   uint32_t logits_tensor = kNone;
   uint32_t token_tensor = kNone;
+  uint32_t kv_split_positions = 0;  // the default of StepContext::kv_split_positions
 
   std::span<const Instruction> queue(uint32_t sm) const {
     return {instructions.data() + sm_offsets[sm], instructions.data() + sm_offsets[sm + 1]};
@@ -51,8 +52,17 @@ struct Schedule {
   std::span<const uint32_t> signals_of(const Instruction& i) const {
     return {signals.data() + i.signal_begin, i.signal_count};
   }
+  std::span<const uint32_t> short_signals_of(const Instruction& i) const {
+    return {signals.data() + i.short_signal_begin, i.short_signal_count};
+  }
+  std::span<const uint32_t> signals_of(const Instruction& i, bool short_step) const {
+    return short_step ? short_signals_of(i) : signals_of(i);
+  }
   uint32_t tensor_id(const std::string& name) const;  // kNone if absent
 };
+
+// StepContext::kv_split_positions: `chosen` (a runtime's option), or the schedule's where that is kNone.
+inline uint32_t kv_split_positions(const Schedule& s, uint32_t chosen) { return chosen == kNone ? s.kv_split_positions : chosen; }
 
 const char* dtype_name(DType);
 const char* role_name(Role);

@@ -50,7 +50,7 @@ TEST_CASE("dsl: tiny-llama tensors") {
   CHECK(wq->key == "model.layers.2.self_attn.q_proj.weight");
   CHECK(wq->shape == std::vector<int64_t>{256, 256});
   CHECK(wq->layer == 2);
-  CHECK(wq->loc.line == 32);
+  CHECK(wq->loc.line == 33);
   CHECK(wq->loc.column == 9);
 
   const TensorDecl* wk = g.find_tensor("wk0");
@@ -105,14 +105,14 @@ TEST_CASE("dsl: tiny-llama ops") {
   REQUIRE(kv_splits);
   CHECK(kv_splits->items == std::vector<std::string>{"kv_splits"});
   CHECK(kv_splits->number == 2);
-  CHECK(kv_splits->loc.line == 47);
+  CHECK(kv_splits->loc.line == 48);
 
   // Outside the repeat block {layers} is the config value.
   const OpDecl* logits = find_op(g, "logits");
   REQUIRE(logits);
   CHECK(logits->layer == -1);
   CHECK(logits->field("in")->items == std::vector<std::string>{"x3"});
-  CHECK(logits->loc.line == 54);
+  CHECK(logits->loc.line == 55);
   CHECK(logits->loc.column == 5);
 }
 
@@ -125,7 +125,7 @@ TEST_CASE("dsl: tiny-llama config") {
   CHECK(g.text("rope.scaling", "none") == "llama3");
   CHECK(g.text("qk_norm", "none") == "none");
   CHECK(g.number("qk_norm", 0) == 0);
-  CHECK(g.config.at("rope.scaling").loc.line == 14);
+  CHECK(g.config.at("rope.scaling").loc.line == 15);
 
   // Lookups that fail point at the `model:` line.
   CHECK_THROWS_WITH_AS(g.number("missing"), doctest::Contains("config 'missing' is missing"),

@@ -254,6 +254,32 @@ TEST_CASE("emulator: matches the reference forward pass (teacher forcing, greedy
       }
 }
 
+TEST_CASE("emulator: every number of active KV splits matches the reference (short steps, some splits, all)") {
+  // tiny-qwen3 has 4 splits per kv head. One split per P positions: P = 1 walks 1, 2, 3, 4
+  // splits; the schedule's 3 runs short steps (attn_reduce's work done by the attention) to
+  // position 3, then 2, 3 and 4 splits; 0 uses every split at every step; 1000 makes every step
+  // short.
+  uint64_t seed = 0x5417;
+  for (const uint32_t P : {mk::schedule::kNone, 0u, 1u, 1000u})
+    for (Policy policy : {Policy::round_robin, Policy::critical_path}) {
+      ++seed;
+      CAPTURE(P);
+      CAPTURE(policy_label(policy));
+      Fixture f("tiny-qwen3", 5, policy, seed);
+      REQUIRE(f.schedule.kv_split_positions == 3);
+      std::mt19937 rng(static_cast<uint32_t>(seed));
+      const std::vector<int32_t> prompt = random_prompt(6, f.vocab(), rng);
+      RuntimeOptions opt;
+      opt.max_context = 32;
+      opt.kv_split_positions = P;
+      opt.order = mk::device::Order::shuffled;
+      opt.seed = seed;
+      const mk::device::GenerateResult r = run_generate(f, opt, prompt, 14);
+      CHECK(r.steps == 6 + 13);
+      compare_with_reference(f, prompt, r, 1e-4);
+    }
+}
+
 TEST_CASE("emulator: shuffled orders give the deterministic run's logits") {
   Fixture f("tiny-llama", 7, Policy::round_robin, 0x5eed7);
   std::mt19937 rng(0x5eed7);

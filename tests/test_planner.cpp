@@ -223,7 +223,7 @@ void check_plan(const Plan& p, uint32_t sms, Policy policy) {
   CHECK(p.stats.critical_path_tasks >= 1);
 
   // The verifier accepts it, and so does the schedule validator.
-  CHECK_NOTHROW(mk::planner::verify(s, p.edges));
+  CHECK_NOTHROW(mk::planner::verify(s, p.edges, p.short_edges));
   CHECK_NOTHROW(mk::schedule::validate(s));
 }
 
@@ -234,9 +234,9 @@ std::vector<double> bytes_per_sm(const Plan& p) {
 }
 
 // Runs verify and returns its refusal message ("" if it accepted).
-std::string refusal(const Schedule& s, const std::vector<std::pair<uint32_t, uint32_t>>& edges) {
+std::string refusal(const Schedule& s, const mk::planner::Edges& edges, const mk::planner::Edges& short_edges) {
   try {
-    mk::planner::verify(s, edges);
+    mk::planner::verify(s, edges, short_edges);
   } catch (const PlanError& e) {
     return e.what();
   }
@@ -302,7 +302,7 @@ TEST_CASE("planner: transitive wait reduction") {
 
 TEST_CASE("planner: bytes per SM are balanced under both policies") {
   for_each_tiny_plan([](const Plan& p, const std::string& name, uint32_t sms, Policy, const std::string& policy_name) {
-    CHECK_NOTHROW(mk::planner::verify(p.schedule, p.edges));
+    CHECK_NOTHROW(mk::planner::verify(p.schedule, p.edges, p.short_edges));
     const auto b = bytes_per_sm(p);
     const double mean = std::accumulate(b.begin(), b.end(), 0.0) / b.size();
     const double max = *std::max_element(b.begin(), b.end());
@@ -319,7 +319,7 @@ TEST_CASE("planner: bytes per SM are balanced under both policies") {
 TEST_CASE("planner: the critical-path policy uses every SM of a real model") {
   // llama-3.2-1b has about 80 tasks per SM at 132 SMs; an SM left without work is lost bandwidth.
   const Plan p = make_plan("llama-3.2-1b", 132, Policy::critical_path);
-  CHECK_NOTHROW(mk::planner::verify(p.schedule, p.edges));
+  CHECK_NOTHROW(mk::planner::verify(p.schedule, p.edges, p.short_edges));
   const auto b = bytes_per_sm(p);
   const double mean = std::accumulate(b.begin(), b.end(), 0.0) / b.size();
   uint32_t idle = 0;
@@ -353,18 +353,96 @@ TEST_CASE("planner: policy names and bad SM counts") {
   CHECK_THROWS_AS(mk::planner::plan(example("tiny-llama"), o), std::invalid_argument);
 }
 
+// ---- short steps ----
+
+// The plan's tasks of the op named `name` in layer 0.
+std::vector<const mk::planner::Task*> layer0_tasks(const Plan& p, const std::string& name) {
+  std::vector<const mk::planner::Task*> out;
+  for (const auto& t : p.tasks)
+    if (p.program.ops[t.op].name == name) out.push_back(&t);
+  return out;
+}
+
+TEST_CASE("planner: at short steps each attn_reduce task is done by its kv head's split 0, which signals for it") {
+  for (const std::string name : {"tiny-llama", "tiny-qwen3", "llama-3.2-1b"})
+    for (const uint32_t sms : {1u, 5u, 132u}) {
+      CAPTURE(name);
+      CAPTURE(sms);
+      const Plan p = make_plan(name, sms, Policy::critical_path);
+      REQUIRE(p.short_edges.size() == p.edges.size());
+      uint32_t reduce_tasks = 0;
+      // For every counter, the signals it gets are as many at short steps as at others.
+      std::vector<int64_t> balance(p.counters.size(), 0);
+      for (const auto& t : p.tasks) {
+        for (uint32_t c : t.signals) ++balance[c];
+        for (uint32_t c : t.short_signals) --balance[c];
+      }
+      CHECK(std::all_of(balance.begin(), balance.end(), [](int64_t b) { return b == 0; }));
+      for (const auto& t : p.tasks) {
+        if (p.program.ops[t.op].opcode != mk::schedule::Opcode::attn_reduce) continue;
+        ++reduce_tasks;
+        const auto& r = mk::schedule::payload_as<mk::schedule::AttnReducePayload>(t.spec.inst);
+        CHECK(r.bypassed == 1);
+        CHECK(t.short_signals.empty());
+        // The taker: the attention task of the same layer owning unit (kv head, split 0).
+        const uint32_t unit = r.head_begin / r.rep * r.kv_splits;
+        const auto taker = std::find_if(p.tasks.begin(), p.tasks.end(), [&](const mk::planner::Task& a) {
+          if (p.program.ops[a.op].opcode != mk::schedule::Opcode::attention || p.program.ops[a.op].layer != p.program.ops[t.op].layer)
+            return false;
+          const auto& ap = mk::schedule::payload_as<mk::schedule::AttentionPayload>(a.spec.inst);
+          return ap.unit_begin <= unit && unit < ap.unit_end;
+        });
+        REQUIRE(taker != p.tasks.end());
+        CHECK(mk::schedule::payload_as<mk::schedule::AttentionPayload>(taker->spec.inst).reduce_out == r.out);
+        for (uint32_t c : t.signals) CHECK(std::count(taker->short_signals.begin(), taker->short_signals.end(), c) >= 1);
+        // At short steps the task produces nothing: its consumers' edges start at the taker.
+        const uint32_t id = static_cast<uint32_t>(&t - p.tasks.data()), taker_id = static_cast<uint32_t>(taker - p.tasks.begin());
+        for (size_t e = 0; e < p.edges.size(); ++e)
+          if (p.edges[e].first == id) CHECK(p.short_edges[e] == std::pair{taker_id, p.edges[e].second});
+      }
+      CHECK(p.short_takeovers == reduce_tasks);
+      // The schedule file keeps one list where they agree.
+      for (const auto& inst : p.schedule.instructions) {
+        const auto& t = p.tasks[inst.task];
+        if (t.short_signals == t.signals) CHECK(inst.short_signal_begin == inst.signal_begin);
+        const auto sig = p.schedule.short_signals_of(inst);
+        CHECK(std::vector<uint32_t>(sig.begin(), sig.end()) == t.short_signals);
+      }
+    }
+}
+
+TEST_CASE("planner: attn_reduce tasks that span two kv heads keep their work at short steps") {
+  // tiny-llama has 4 q heads per kv head; attn_reduce split 3 gives heads [0, 2), [2, 5), [5, 8).
+  std::ifstream in(MK_SOURCE_DIR "/examples/tiny-llama.yaml");
+  std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string from = "out: \"attn{layer}\", split: 4}", to = "out: \"attn{layer}\", split: 3}";
+  REQUIRE(yaml.find(from) != std::string::npos);
+  yaml.replace(yaml.find(from), from.size(), to);
+  const mk::dsl::ModelGraph model = mk::dsl::parse_string(yaml, "tiny-llama-split3.yaml");
+  PlanOptions o;
+  o.sm_count = 8;
+  const Plan p = mk::planner::plan(model, o);
+  CHECK(p.short_takeovers == 0);
+  CHECK(p.short_edges == p.edges);
+  for (const auto& t : p.tasks) {
+    CHECK(t.short_signals == t.signals);
+    if (p.program.ops[t.op].opcode == mk::schedule::Opcode::attention)
+      CHECK(mk::schedule::payload_as<mk::schedule::AttentionPayload>(t.spec.inst).reduce_out == mk::schedule::kNone);
+  }
+}
+
 // ---- verifier refusals ----
 
 TEST_CASE("verifier: a wait target raised by one can never be met") {
   const Plan p = make_plan("tiny-llama", 8);
   Schedule s = p.schedule;
-  REQUIRE(refusal(s, p.edges).empty());
+  REQUIRE(refusal(s, p.edges, p.short_edges).empty());
   // The first instruction with a wait.
   const auto it = std::find_if(s.instructions.begin(), s.instructions.end(), [](const Instruction& i) { return i.wait_count > 0; });
   REQUIRE(it != s.instructions.end());
   mk::schedule::Wait& w = s.waits[it->wait_begin];
   ++w.target;
-  const std::string why = refusal(s, p.edges);
+  const std::string why = refusal(s, p.edges, p.short_edges);
   INFO(why);
   CHECK(contains(why, "can never be met"));
   CHECK(contains(why, "task " + std::to_string(it->task) + " "));
@@ -382,11 +460,48 @@ TEST_CASE("verifier: a wait target lowered by one could pass early") {
   REQUIRE(inst != mk::schedule::kNone);
   mk::schedule::Wait& w = s.waits[s.instructions[inst].wait_begin];
   --w.target;
-  const std::string why = refusal(s, p.edges);
+  const std::string why = refusal(s, p.edges, p.short_edges);
   INFO(why);
   CHECK(contains(why, "could pass"));
   CHECK(contains(why, "task " + std::to_string(s.instructions[inst].task) + " "));
   CHECK(contains(why, "counter " + std::to_string(w.counter) + " "));
+}
+
+TEST_CASE("verifier: short steps are proven apart (a taker's short list short of one signal, a bypassed task signalling)") {
+  const Plan p = make_plan("tiny-llama", 8);
+  // The first attention instruction whose short list is its own (a taker).
+  uint32_t taker = mk::schedule::kNone;
+  for (uint32_t i = 0; i < p.schedule.instructions.size() && taker == mk::schedule::kNone; ++i)
+    if (p.schedule.instructions[i].short_signal_begin != p.schedule.instructions[i].signal_begin) taker = i;
+  REQUIRE(taker != mk::schedule::kNone);
+  {
+    Schedule s = p.schedule;
+    REQUIRE(s.instructions[taker].short_signal_count > s.instructions[taker].signal_count);
+    --s.instructions[taker].short_signal_count;  // the last signal it makes for an attn_reduce task
+    const std::string why = refusal(s, p.edges, p.short_edges);
+    INFO(why);
+    CHECK(contains(why, "at short steps"));
+    CHECK(contains(why, "can never be met"));
+  }
+  {
+    Schedule s = p.schedule;  // a bypassed attn_reduce task signalling at short steps too
+    const auto it = std::find_if(s.instructions.begin(), s.instructions.end(), [](const Instruction& i) {
+      return i.opcode == static_cast<uint16_t>(mk::schedule::Opcode::attn_reduce);
+    });
+    REQUIRE(it != s.instructions.end());
+    REQUIRE(it->short_signal_count == 0);
+    it->short_signal_begin = it->signal_begin;
+    it->short_signal_count = it->signal_count;
+    const std::string why = refusal(s, p.edges, p.short_edges);
+    INFO(why);
+    CHECK(contains(why, "at short steps"));
+    CHECK(contains(why, "could pass"));
+  }
+  // The regular edges are not enough at short steps: o-proj reads what the taker writes there.
+  const std::string why = refusal(p.schedule, p.edges, p.edges);
+  INFO(why);
+  CHECK(contains(why, "at short steps"));
+  CHECK(contains(why, "missing dependency"));
 }
 
 TEST_CASE("verifier: a consumer before its producer on one SM is a deadlock") {
@@ -403,7 +518,7 @@ TEST_CASE("verifier: a consumer before its producer on one SM is a deadlock") {
   const auto sig = s.signals_of(s.instructions[producer]);
   REQUIRE(std::find(sig.begin(), sig.end(), counter) != sig.end());
   std::swap(s.instructions[producer], s.instructions[consumer]);
-  const std::string why = refusal(s, p.edges);
+  const std::string why = refusal(s, p.edges, p.short_edges);
   INFO(why);
   CHECK(contains(why, "deadlock: a cycle of 2 instructions"));
   CHECK(contains(why, "task " + std::to_string(consumer) + " (op 'next_token', SM 0 instruction " + std::to_string(n - 2) + ")"));
@@ -419,7 +534,7 @@ TEST_CASE("verifier: a longer deadlock cycle through several instructions") {
   // Move the argmax to the front of the only queue: it waits for the LM head, which now runs
   // (through the whole queue) after it.
   std::rotate(s.instructions.begin(), s.instructions.end() - 1, s.instructions.end());
-  const std::string why = refusal(s, p.edges);
+  const std::string why = refusal(s, p.edges, p.short_edges);
   INFO(why);
   CHECK(contains(why, "deadlock: a cycle of"));
   CHECK(contains(why, "op 'next_token', SM 0 instruction 0"));
@@ -434,7 +549,7 @@ TEST_CASE("verifier: a dropped wait is a missing dependency") {
     REQUIRE(it != s.instructions.end());
     REQUIRE(it->wait_count == 1);
     it->wait_count = 0;
-    const std::string why = refusal(s, p.edges);
+    const std::string why = refusal(s, p.edges, p.short_edges);
     INFO(why);
     CHECK(contains(why, "missing dependency"));
     CHECK(contains(why, "task " + std::to_string(argmax) + " (op 'next_token'"));
@@ -452,7 +567,7 @@ TEST_CASE("verifier: a dropped wait is a missing dependency") {
       if (!elsewhere) continue;
       ++inst.wait_begin;
       --inst.wait_count;
-      const std::string why = refusal(s, p.edges);
+      const std::string why = refusal(s, p.edges, p.short_edges);
       INFO(why);
       CHECK(contains(why, "missing dependency: task " + std::to_string(inst.task) + " "));
       done = true;
@@ -469,7 +584,7 @@ TEST_CASE("verifier: every task exactly once") {
     const Instruction copy = s.instructions.front();
     s.instructions.push_back(copy);
     ++s.sm_offsets.back();
-    const std::string why = refusal(s, p.edges);
+    const std::string why = refusal(s, p.edges, p.short_edges);
     INFO(why);
     CHECK(contains(why, "task " + std::to_string(copy.task) + " is scheduled twice"));
     CHECK(contains(why, "SM " + std::to_string(s.sm_count - 1)));
@@ -477,7 +592,7 @@ TEST_CASE("verifier: every task exactly once") {
   SUBCASE("a task given another's id") {
     Schedule s = p.schedule;
     s.instructions[s.sm_offsets[1]].task = s.instructions[0].task;
-    const std::string why = refusal(s, p.edges);
+    const std::string why = refusal(s, p.edges, p.short_edges);
     INFO(why);
     CHECK(contains(why, "task " + std::to_string(s.instructions[0].task) + " is scheduled twice"));
   }
@@ -488,7 +603,7 @@ TEST_CASE("verifier: every task exactly once") {
     const uint32_t task = s.instructions[at].task;
     s.instructions.erase(s.instructions.begin() + at);
     for (uint32_t sm = 1; sm <= s.sm_count; ++sm) --s.sm_offsets[sm];
-    const std::string why = refusal(s, p.edges);
+    const std::string why = refusal(s, p.edges, p.short_edges);
     INFO(why);
     CHECK(contains(why, "task " + std::to_string(task) + " is on no SM's queue"));
   }
@@ -499,14 +614,15 @@ TEST_CASE("verifier: a required edge the waits do not cover") {
   const Plan p = make_plan("tiny-llama", 8);
   auto edges = p.edges;
   edges.emplace_back(0, 1);
-  const std::string why = refusal(p.schedule, edges);
+  const std::string why = refusal(p.schedule, edges, p.short_edges);
   INFO(why);
   CHECK(contains(why, "missing dependency: task 1 (op 'x0', SM 1 instruction 0) reads what task 0 (op 'x0', SM 0"));
   // On one SM the queue order covers it.
   const Plan one = make_plan("tiny-llama", 1);
-  auto edges1 = one.edges;
+  auto edges1 = one.edges, short1 = one.short_edges;
   edges1.emplace_back(0, 1);
-  CHECK(refusal(one.schedule, edges1).empty());
+  short1.emplace_back(0, 1);
+  CHECK(refusal(one.schedule, edges1, short1).empty());
 }
 
 // ---- DOT ----
@@ -598,7 +714,9 @@ TEST_CASE("planner: task-level DOT, whole and filtered by layers and ops") {
   CHECK(contains(all, "t" + std::to_string(p.tasks.size() - 1) + " [label=\"next_token[0]\\nSM "));
   CHECK(count(all, " [shape=ellipse") == p.counters.size());
   CHECK(count(all, "class=\"wait\"") == p.schedule.waits.size());
-  CHECK(count(all, "class=\"signal\"") == p.schedule.signals.size());
+  size_t signals = 0;  // the regular lists (the short steps' lists are not drawn)
+  for (const auto& inst : p.schedule.instructions) signals += inst.signal_count;
+  CHECK(count(all, "class=\"signal\"") == signals);
   CHECK(renders(all, "task"));
 
   o.first_layer = o.last_layer = 1;

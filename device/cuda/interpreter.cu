@@ -32,6 +32,9 @@ struct ErrorRecord {
 };
 
 struct KernelParams {
+  // The queues as the step signals: at a short step (schedules/format.hpp) a copy of them whose
+  // signal lists are the short ones, chosen by the host at launch, so that the kernel never
+  // chooses between two lists.
   const schedule::Instruction* instructions;
   const uint32_t* sm_offsets;
   const schedule::Wait* waits;
@@ -137,11 +140,17 @@ __device__ void prefetch_queue(const KernelParams& p, uint32_t i, uint32_t end) 
 }
 
 // Count the instruction done with release semantics: after the block barrier, the release
-// makes every thread's writes visible device-wide before the increment is.
+// makes every thread's writes visible device-wide before the increment is. A counter listed n
+// times in a row (a task signalling for the attn_reduce tasks it does at short steps) gets one
+// increment of n: each release waits for the SM's copies in flight.
 __device__ void counter_signal(const KernelParams& p, const schedule::Instruction& inst) {
-  for (uint32_t k = 0; k < inst.signal_count; ++k) {
-    uint32_t* counter = p.counters + p.signals[inst.signal_begin + k];
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+  const uint32_t* list = p.signals + inst.signal_begin;
+  for (uint32_t k = 0; k < inst.signal_count;) {
+    const uint32_t c = list[k];
+    uint32_t n = 1;
+    while (k + n < inst.signal_count && list[k + n] == c) ++n;
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p.counters + c), "r"(n) : "memory");
+    k += n;
   }
 }
 
@@ -289,6 +298,7 @@ struct CudaExecutor::State {
   std::vector<size_t> sizes;
   KernelParams params{};
   void** tensor_table = nullptr;
+  const schedule::Instruction* instructions[2] = {};  // device copies: regular, short steps
   ErrorRecord* error = nullptr;
   int32_t* history = nullptr;  // [max_context + 1] token ids
   uint32_t generation = 0;
@@ -374,7 +384,13 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   }
   st_->tensor_table = device_copy(st_->buffers, "tensor table");
   KernelParams& p = st_->params;
-  p.instructions = device_copy(s.instructions, "instructions");
+  std::vector<schedule::Instruction> short_steps = s.instructions;
+  for (schedule::Instruction& inst : short_steps) {
+    inst.signal_begin = inst.short_signal_begin;
+    inst.signal_count = inst.short_signal_count;
+  }
+  st_->instructions[0] = device_copy(s.instructions, "instructions");
+  st_->instructions[1] = device_copy(short_steps, "instructions");
   p.sm_offsets = device_copy(s.sm_offsets, "sm_offsets");
   p.waits = device_copy(s.waits, "waits");
   p.signals = device_copy(s.signals, "signals");
@@ -393,7 +409,7 @@ CudaExecutor::~CudaExecutor() {
   // Errors are ignored here: a destructor cannot report them and the process may be exiting.
   for (void* b : st_->buffers) cudaFree(b);
   cudaFree(st_->tensor_table);
-  cudaFree(const_cast<schedule::Instruction*>(st_->params.instructions));
+  for (const schedule::Instruction* q : st_->instructions) cudaFree(const_cast<schedule::Instruction*>(q));
   cudaFree(const_cast<uint32_t*>(st_->params.sm_offsets));
   cudaFree(const_cast<schedule::Wait*>(st_->params.waits));
   cudaFree(const_cast<uint32_t*>(st_->params.signals));
@@ -441,8 +457,10 @@ void CudaExecutor::launch(uint32_t pos, bool feed) {
   // Monotonic counters: targets scale with the generation; zero them before they could wrap.
   if (uint64_t{st_->generation + 1} * st_->max_target >= 0xffffffffull) st_->reset_counters();
   KernelParams p = st_->params;
-  p.ctx = schedule::StepContext{pos, st_->opt.max_context, ++st_->generation, 1, st_->history + pos,
+  p.ctx = schedule::StepContext{pos, st_->opt.max_context, ++st_->generation, 1,
+                                schedule::kv_split_positions(*st_->s, st_->opt.kv_split_positions), st_->history + pos,
                                 feed ? st_->history + pos + 1 : nullptr};
+  p.instructions = st_->instructions[schedule::short_step(p.ctx)];
   interpreter_kernel<<<st_->s->sm_count, kBlockThreads, st_->shared, st_->stream>>>(p);
   check(cudaGetLastError(), "interpreter launch");
 }

@@ -15,22 +15,13 @@ namespace mk::device {
 // positions of one tensor-core step. The current position comes from qkv.
 __device__ __host__ inline uint32_t attention_tile_positions(uint32_t hd) { return kStageBytes / 4 / hd / 16 * 16; }
 
-// Positions [begin, end) of split s at this step (the current position excluded).
-struct AttentionSplit {
-  uint32_t begin, end;
-};
-__device__ inline AttentionSplit attention_split(uint32_t s, uint32_t S, uint32_t pos) {
-  const uint32_t chunk = (pos + S - 1) / S;
-  return {min(pos, s * chunk), min(pos, (s + 1) * chunk)};
-}
-
 struct AttentionTiles {
   const uint16_t* k;  // the caches
   const uint16_t* v;
-  uint32_t unit_begin, unit_end, S, pos, max_context, hd, per;
+  uint32_t unit_begin, unit_end, S, A, pos, max_context, hd, per;  // A: the step's active splits
 
   __device__ uint32_t unit_tiles(uint32_t unit) const {
-    const AttentionSplit sp = attention_split(unit % S, S, pos);
+    const schedule::AttentionSplit sp = schedule::attention_split(unit % S, A, pos);
     return (sp.end - sp.begin + per - 1) / per;
   }
   __device__ uint32_t count() const {
@@ -41,7 +32,7 @@ struct AttentionTiles {
   __device__ WeightTile at(uint32_t j) const {
     uint32_t u = unit_begin;
     for (; u + 1 < unit_end && j >= unit_tiles(u); ++u) j -= unit_tiles(u);
-    const AttentionSplit sp = attention_split(u % S, S, pos);
+    const schedule::AttentionSplit sp = schedule::attention_split(u % S, A, pos);
     const uint32_t first = sp.begin + j * per, n = min(per, sp.end - first);
     const uint64_t row = (uint64_t{u / S} * max_context + first) * hd;
     return WeightTile{k + row, n * hd * 2, 0, n, 0, hd, v + row, kStageBytes / 2};
@@ -51,7 +42,7 @@ struct AttentionTiles {
 __device__ inline AttentionTiles gpu_tiles(const schedule::AttentionPayload& p, const schedule::StepContext& ctx,
                                            const TensorTable& mem) {
   return {mem.at<const uint16_t>(p.k_cache), mem.at<const uint16_t>(p.v_cache), p.unit_begin, p.unit_end, p.kv_splits,
-          ctx.pos, ctx.max_context, p.head_dim, attention_tile_positions(p.head_dim)};
+          schedule::active_kv_splits(ctx, p.kv_splits), ctx.pos, ctx.max_context, p.head_dim, attention_tile_positions(p.head_dim)};
 }
 
 // The q and k norm weights, read in the set-up after the wait (see ring.cuh).
@@ -215,10 +206,11 @@ struct WarpAttention {
 // each extra call site or argument cost the kernel's own loop registers (its spills rose from 40
 // to 60 bytes and every matvec slowed). Returns the ring's tile counter after its tiles.
 //
-// Per unit (a kv group's split): q, k and v loaded, normed and roped by the block; then the
-// split's tiles, each stage released by every compute warp, their 16-position blocks dealt to
-// the warps in turn, each warp keeping its own softmax state; then the warps' states merged in
-// shared memory with the current position (last split only), and the partial written.
+// Per active unit (a kv group's split): q, k and v loaded, normed and roped by the block; then
+// the split's tiles, each stage released by every compute warp, their 16-position blocks dealt
+// to the warps in turn, each warp keeping its own softmax state; then the warps' states merged
+// in shared memory with the current position (last active split only), and the partial written
+// (at a short step with reduce_out, the normalised output instead).
 __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload& p, schedule::StepContext ctx,
                                                 TensorTable mem, unsigned char* scratch, WeightRing ring) {
 
@@ -240,13 +232,15 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
   uint16_t* kc = mem.at<uint16_t>(p.k_cache);
   uint16_t* vc = mem.at<uint16_t>(p.v_cache);
   float* out = mem.at<float>(p.out);
+  const uint32_t A = schedule::active_kv_splits(ctx, S);
   const float qscale = p.scale * 1.4426950408889634f;  // scores in the log2 domain: exp2f
   const uint32_t qa_addr = smem_addr(qa);
   uint32_t tile = ring.next_tile;
 
   for (uint32_t unit = p.unit_begin; unit < p.unit_end; ++unit) {
     const uint32_t g = unit / S, s = unit % S;
-    const bool last = s == S - 1;
+    if (s >= A) continue;  // an inactive split: no tiles, nothing written
+    const bool last = s == A - 1;
     block_sync();
     // q heads, k and v of this group in one batch of loads (q, kcur, vcur are contiguous).
     for (uint32_t i = tid; i < (rep + 2) * hd; i += kThreads) {
@@ -295,7 +289,7 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
     // The split's cached positions: every warp waits for every tile and releases it; the
     // attending warps take the tile's blocks of 16 positions in turn (block b of the unit: warp
     // b % W).
-    const AttentionSplit sp = attention_split(s, S, ctx.pos);
+    const schedule::AttentionSplit sp = schedule::attention_split(s, A, ctx.pos);
     WarpAttention wa;
     constexpr uint32_t NT = WarpAttention::NT;
     wa.reset();
@@ -327,8 +321,12 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
       }
     }
     block_sync();
-    // The partial: rows of hd + 2 per head, (output, max, sum), the max in the natural log.
-    float* part = out + (uint64_t{g} * S + s) * rep * (hd + 2);
+    // The partial: rows of hd + 2 per head, (output, max, sum), the max in the natural log; at a
+    // short step with reduce_out, rows of hd: the output normalised (decided here, not held in a
+    // register through the tiles: that made the kernel and the matvec body spill).
+    const bool reduce = schedule::short_step(ctx) && p.reduce_out != schedule::kNone;
+    float* part = reduce ? mem.at<float>(p.reduce_out) + uint64_t{g} * rep * hd : out + (uint64_t{g} * S + s) * rep * (hd + 2);
+    const uint32_t row = reduce ? hd : hd + 2;
     const uint32_t slots = last ? W + 1 : W;
     for (uint32_t i = tid; i < rep * hd; i += kThreads) {
       const uint32_t r = i / hd, e = i % hd;
@@ -342,8 +340,8 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
         acc += f * (w < W ? wo[(w * rep + r) * hd + e] : bf16_to_f32(vcur16[e]));
         sum += f * wl[w * rep + r];
       }
-      part[r * (hd + 2) + e] = acc;
-      if (e == 0) part[r * (hd + 2) + hd] = M * 0.6931471805599453f, part[r * (hd + 2) + hd + 1] = sum;
+      part[r * row + e] = reduce ? acc / sum : acc;
+      if (e == 0 && !reduce) part[r * row + hd] = M * 0.6931471805599453f, part[r * row + hd + 1] = sum;
     }
   }
   return tile;

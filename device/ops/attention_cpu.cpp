@@ -39,11 +39,13 @@ void cpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& c
   uint16_t* kc = mem.at<uint16_t>(p.k_cache);
   uint16_t* vc = mem.at<uint16_t>(p.v_cache);
   float* out = mem.at<float>(p.out);
-  const uint32_t chunk = (ctx.pos + S - 1) / S;  // cached positions [0, pos) per split
+  const uint32_t A = schedule::active_kv_splits(ctx, S);
+  float* reduced = schedule::short_step(ctx) && p.reduce_out != schedule::kNone ? mem.at<float>(p.reduce_out) : nullptr;
 
   for (uint32_t unit = p.unit_begin; unit < p.unit_end; ++unit) {
     const uint32_t g = unit / S, s = unit % S;
-    const bool last = s == S - 1;
+    if (s >= A) continue;  // an inactive split: nothing to attend to, nothing written
+    const bool last = s == A - 1;
     // The current position's k and v, stored in bf16 like every cached position.
     std::vector<float> k(qkv + (p.heads + g) * hd, qkv + (p.heads + g + 1) * hd);
     std::vector<float> v(qkv + (p.heads + p.kv_heads + g) * hd, qkv + (p.heads + p.kv_heads + g + 1) * hd);
@@ -56,7 +58,7 @@ void cpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& c
         kc[head_base + kv_index(ctx.pos, i, hd)] = f32_to_bf16(k[i]);
         vc[head_base + kv_index(ctx.pos, i, hd)] = f32_to_bf16(v[i]);
       }
-    const uint32_t begin = std::min(ctx.pos, s * chunk), end = std::min(ctx.pos, (s + 1) * chunk);
+    const auto [begin, end] = schedule::attention_split(s, A, ctx.pos);
 
     for (uint32_t r = 0; r < rep; ++r) {
       const uint32_t h = g * rep + r;
@@ -84,6 +86,10 @@ void cpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& c
         visit(key.data(), val.data());
       }
       if (last) visit(k.data(), v.data());
+      if (reduced) {  // the only split: attn_reduce's output, normalised
+        for (uint32_t i = 0; i < hd; ++i) reduced[uint64_t{h} * hd + i] = acc[i] / l;
+        continue;
+      }
       float* o = out + ((uint64_t{g} * S + s) * rep + r) * (hd + 2);
       for (uint32_t i = 0; i < hd; ++i) o[i] = acc[i];
       o[hd] = m;

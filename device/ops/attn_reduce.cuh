@@ -6,11 +6,12 @@
 
 namespace mk::device {
 
-__device__ inline void gpu_run(const schedule::AttnReducePayload& p, const schedule::StepContext&, const TensorTable& mem,
+__device__ inline void gpu_run(const schedule::AttnReducePayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                BlockContext&) {
+  if (p.bypassed && schedule::short_step(ctx)) return;  // the attention wrote the output
   const float* in = mem.at<const float>(p.in);
   float* out = mem.at<float>(p.out);
-  const uint32_t hd = p.head_dim, S = p.kv_splits;
+  const uint32_t hd = p.head_dim, S = p.kv_splits, A = schedule::active_kv_splits(ctx, S);
   for (uint32_t i = threadIdx.x; i < (p.head_end - p.head_begin) * hd; i += kThreads) {
     const uint32_t h = p.head_begin + i / hd, e = i % hd, g = h / p.rep, r = h % p.rep;
     const float* first = in + (uint64_t{g} * S * p.rep + r) * (hd + 2);
@@ -19,9 +20,9 @@ __device__ inline void gpu_run(const schedule::AttnReducePayload& p, const sched
     // bandwidth, is what this op costs).
     float M = -INFINITY, L = 0, acc = 0;
 #pragma unroll 8
-    for (uint32_t s = 0; s < S; ++s) M = fmaxf(M, load_activation(first + s * stride + hd));
+    for (uint32_t s = 0; s < A; ++s) M = fmaxf(M, load_activation(first + s * stride + hd));
 #pragma unroll 8
-    for (uint32_t s = 0; s < S; ++s) {
+    for (uint32_t s = 0; s < A; ++s) {
       const float m = load_activation(first + s * stride + hd), l = load_activation(first + s * stride + hd + 1);
       const float a = load_activation(first + s * stride + e);
       const float w = l == 0 ? 0.0f : expf(m - M);

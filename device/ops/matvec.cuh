@@ -52,7 +52,8 @@ struct MatvecTiles {
   }
 };
 
-__device__ inline MatvecTiles gpu_tiles(const schedule::MatvecPayload& p, const schedule::StepContext&, const TensorTable& mem) {
+// The weights do not depend on the step.
+__device__ inline MatvecTiles matvec_tiles(const schedule::MatvecPayload& p, const TensorTable& mem) {
   MatvecTiles t;
   t.cols = p.cols;
   constexpr uint32_t kMaxBlock = kStageBytes / 8;  // columns of a cut row's block: four rows per tile
@@ -75,6 +76,10 @@ __device__ inline MatvecTiles gpu_tiles(const schedule::MatvecPayload& p, const 
     if (!silu) first = end;
   }
   return t;
+}
+
+__device__ inline MatvecTiles gpu_tiles(const schedule::MatvecPayload& p, const schedule::StepContext&, const TensorTable& mem) {
+  return matvec_tiles(p, mem);
 }
 
 // The norm weight and this task's rows of each bias, read after the wait (see ring.cuh).
@@ -140,8 +145,9 @@ __device__ __forceinline__ void consume_tile(const WeightTile& t, const uint16_t
 // Out of line, like the attention's body, with everything the kernel keeps in registers passed
 // by value: inlined, the body shared the kernel's 128 registers with the interpreter's loop
 // state, and moving it out gave it a register allocation of its own (Llama-3.2-1B 1128 -> 1094
-// us, bench/NOTES.md). Returns the ring's tile counter after its tiles.
-__device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, schedule::StepContext ctx, TensorTable mem,
+// us, bench/NOTES.md); and given nothing it does not use (the step's context). Returns the
+// ring's tile counter after its tiles.
+__device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, TensorTable mem,
                                              unsigned char* scratch, WeightRing ring_state, uint64_t* trace) {
   BlockContext bc{scratch, ring_state, trace};
   const uint32_t cols = p.cols, rows = p.row_end - p.row_begin, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -198,7 +204,7 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, s
   // Tile j of this task is tile next_tile + j of the launch: ring stage (next_tile + j) % count.
   // The `share` warps of a stage take its tiles in turn, each a slice of every tile's columns.
   WeightRing& ring = bc.ring;
-  const MatvecTiles all = gpu_tiles(p, ctx, mem);
+  const MatvecTiles all = matvec_tiles(p, mem);
   const uint32_t tiles = all.count(), count = ring.count, h = warp / count;
   if (h < ring.share) {
     const uint32_t stage = warp % count;
@@ -243,9 +249,9 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, s
 
 }  // namespace detail
 
-__device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
+__device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule::StepContext&, const TensorTable& mem,
                                BlockContext& bc) {
-  bc.ring.next_tile = detail::matvec_body(p, ctx, mem, bc.scratch, bc.ring, bc.trace);
+  bc.ring.next_tile = detail::matvec_body(p, mem, bc.scratch, bc.ring, bc.trace);
 }
 
 }  // namespace mk::device

@@ -87,6 +87,7 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t begin, uint32_t end)
   pl.k_cache = id("k_cache");
   pl.v_cache = id("v_cache");
   pl.out = op.out;
+  pl.reduce_out = schedule::kNone;  // set where an attn_reduce task is taken over (planner/ops/attn_reduce.cpp)
   pl.heads = d.heads;
   pl.kv_heads = d.kv_heads;
   pl.head_dim = d.head_dim;

@@ -1,4 +1,5 @@
 #include "planner/op_def.hpp"
+#include "schedules/ops/attention.hpp"
 #include "schedules/ops/attn_reduce.hpp"
 
 namespace mk::planner {
@@ -34,10 +35,27 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t begin, uint32_t end)
   return t;
 }
 
+// At a short step a kv head has one split, whose attention task can write the normalised output
+// itself: a task whose heads lie in one kv head is taken over by that head's split 0.
+uint32_t short_taker_unit(const schedule::Instruction& task) {
+  const auto& p = schedule::payload_as<schedule::AttnReducePayload>(task);
+  const uint32_t g = p.head_begin / p.rep;
+  return g == (p.head_end - 1) / p.rep ? g * p.kv_splits : schedule::kNone;
+}
+
+bool take_over(schedule::Instruction& taker, schedule::Instruction& task) {
+  if (taker.opcode != static_cast<uint16_t>(schedule::Opcode::attention)) return false;
+  auto& p = *reinterpret_cast<schedule::AttnReducePayload*>(task.payload);
+  auto& a = *reinterpret_cast<schedule::AttentionPayload*>(taker.payload);
+  p.bypassed = 1;
+  a.reduce_out = p.out;
+  return true;
+}
+
 }  // namespace
 
 const OpDef& op_def_attn_reduce() {
-  static const OpDef def{"attn_reduce", kFields, infer, lower};
+  static const OpDef def{"attn_reduce", kFields, infer, lower, short_taker_unit, take_over};
   return def;
 }
 

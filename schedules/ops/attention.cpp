@@ -24,6 +24,9 @@ std::string check_payload(const AttentionPayload& p, const Schedule& s) {
   if (auto e = expect_tensor(s, p.out, "out", DType::f32, uint64_t{p.kv_heads} * p.kv_splits * rep * (hd + 2), {Role::activation, Role::io});
       !e.empty())
     return e;
+  if (auto e = expect_optional_tensor(s, p.reduce_out, "reduce_out", DType::f32, uint64_t{p.heads} * hd, {Role::activation, Role::io});
+      !e.empty())
+    return e;
   if (p.unit_begin >= p.unit_end || p.unit_end > uint64_t{p.kv_heads} * p.kv_splits) return "unit range outside the op";
   if (p.rope_scaling > static_cast<uint32_t>(RopeScaling::llama3)) return "unknown rope scaling";
   auto positive = [](float v) { return v > 0.0f && std::isfinite(v); };
@@ -46,7 +49,8 @@ double cost_us(const AttentionPayload& p, const CostModel& m, uint32_t context) 
   return m.task_us + units * kUnitUs + bytes_streamed(p, context) / (kStreamShare * m.stream_bytes_per_us);
 }
 
-// Each unit's cached positions, k and v in bf16.
+// Each unit's cached positions, k and v in bf16 (as if every split were active: the same bytes
+// in all, spread over fewer tasks at contexts below kv_splits * kv_split_positions).
 double bytes_streamed(const AttentionPayload& p, uint32_t context) {
   return double(p.unit_end - p.unit_begin) * std::ceil(double(context) / p.kv_splits) * p.head_dim * 4;
 }

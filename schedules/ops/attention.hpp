@@ -14,11 +14,15 @@ enum class RopeScaling : uint32_t { none = 0, llama3 = 1 };
 
 // GQA decode attention over the KV cache for one token, split along the context.
 // A unit is (kv head g, split s), unit = g * kv_splits + s; a task owns [unit_begin, unit_end).
-// Each unit: q heads g*rep .. g*rep+rep-1 from qkv (optional per-head RMSNorm, then RoPE),
-// positions of its split of [0, pos) read from the cache; the last split also handles the
-// current position, whose k (normed, roped) and v it appends to the cache.
+// A step uses the first active_kv_splits() splits of each kv head (the others do nothing).
+// Each active unit: q heads g*rep .. g*rep+rep-1 from qkv (optional per-head RMSNorm, then
+// RoPE), positions of its split of [0, pos) read from the cache; the last active split also
+// handles the current position, whose k (normed, roped) and v it appends to the cache.
 // out layout [kv_heads][kv_splits][rep][head_dim + 2]: the unnormalised output, then the
 // running max m and the sum l of exp(score - m) (log-sum-exp partials for attn_reduce).
+// At a short step, where split 0 is the only one, a task with reduce_out writes that split's
+// normalised output there instead (attn_reduce's output, [heads * head_dim]), and signals for
+// the attn_reduce tasks of its kv head (the planner's short signal lists).
 struct AttentionPayload {
   static constexpr const char* kColour = "#59a14f";  // green: this op in the DOT graph and the trace
   uint32_t qkv;      // activation f32 [(heads + 2*kv_heads) * head_dim]: q | k | v
@@ -27,6 +31,7 @@ struct AttentionPayload {
   uint32_t k_cache;  // kv_cache bf16 [kv_heads][position][head_dim], 16-byte chunks permuted by position (device/ops/attention_layout.hpp)
   uint32_t v_cache;
   uint32_t out;  // activation f32 [kv_heads, kv_splits, rep, head_dim + 2]
+  uint32_t reduce_out;  // activation f32 [heads * head_dim] or kNone
   uint32_t heads, kv_heads, head_dim, kv_splits;
   uint32_t unit_begin, unit_end;
   float norm_eps;
@@ -35,5 +40,22 @@ struct AttentionPayload {
   uint32_t rope_scaling;  // RopeScaling
   float rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_position;
 };
+
+// The splits a step uses: one per kv_split_positions cached positions, at least one, at most S.
+MK_HD inline uint32_t active_kv_splits(const StepContext& c, uint32_t S) {
+  if (c.kv_split_positions == 0) return S;
+  const uint32_t a = c.pos / c.kv_split_positions + (c.pos % c.kv_split_positions != 0);
+  return a < 1 ? 1 : a > S ? S : a;
+}
+
+// Cached positions [begin, end) of split s of the A active ones (empty for s >= A).
+struct AttentionSplit {
+  uint32_t begin, end;
+};
+MK_HD inline AttentionSplit attention_split(uint32_t s, uint32_t A, uint32_t pos) {
+  const uint32_t chunk = (pos + A - 1) / A;  // A * chunk < pos + A: no overflow below 2^31 positions
+  const uint32_t b = (s < A ? s : A) * chunk, e = (s + 1 < A ? s + 1 : A) * chunk;
+  return {b < pos ? b : pos, e < pos ? e : pos};
+}
 
 }  // namespace mk::schedule

@@ -13,6 +13,8 @@ std::string check_payload(const AttnReducePayload& p, const Schedule& s) {
     return e;
   if (auto e = expect_tensor(s, p.out, "out", DType::f32, heads * p.head_dim, {Role::activation, Role::io}); !e.empty()) return e;
   if (p.head_begin >= p.head_end || p.head_end > heads) return "head range outside the op";
+  if (p.bypassed > 1) return "bypassed must be 0 or 1";
+  if (p.bypassed && p.head_begin / p.rep != (p.head_end - 1) / p.rep) return "a bypassed task's heads must lie in one kv head";
   return {};
 }
 

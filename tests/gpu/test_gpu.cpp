@@ -80,8 +80,8 @@ schedule::Schedule single_op(const schedule::Schedule& s, uint32_t op, uint32_t 
     for (size_t k = sm; k < mine.size(); k += n) {
       schedule::Instruction inst = mine[k];
       inst.wait_count = 0;
-      inst.signal_count = 0;
-      inst.wait_begin = inst.signal_begin = 0;
+      inst.signal_count = inst.short_signal_count = 0;
+      inst.wait_begin = inst.signal_begin = inst.short_signal_begin = 0;
       out.instructions.push_back(inst);
     }
     out.sm_offsets.push_back(static_cast<uint32_t>(out.instructions.size()));
@@ -105,7 +105,7 @@ void compare_ops(const char* example, uint32_t pos, uint32_t max_context) {
     device::CudaExecutor gpu(s, eo);
     for (uint32_t t = 0; t < s.tensors.size(); ++t) gpu.upload(t, cpu.bytes[t].data(), cpu.bytes[t].size());
     gpu.step(token, pos);
-    const schedule::StepContext ctx = mk::test::step_context(pos, token, max_context, 1);
+    const schedule::StepContext ctx = mk::test::step_context(pos, token, max_context, 1, s.kv_split_positions);
     for (const schedule::Instruction& inst : s.instructions)
       device::cpu_execute(inst, ctx, {cpu.ptrs.data(), static_cast<uint32_t>(cpu.ptrs.size())});
     for (uint32_t t = 0; t < s.tensors.size(); ++t) {
@@ -149,9 +149,12 @@ struct TempDir : test::TempDir {
 TEST_CASE("a GPU is present") { REQUIRE(device::cuda_device_sm_count() > 0); }
 
 TEST_CASE("every op on the GPU matches its emulator body") {
-  // Position 37: each attention split reads part of one ring tile; 1100: several batches of
-  // tiles per split, the current position in the last one.
-  for (const auto& [pos, max_context] : {std::pair{37u, 64u}, std::pair{1100u, 1200u}}) {
+  // Position 2: a short step (one KV split, the attention writing attn_reduce's output, which
+  // does nothing); 7: three of tiny-qwen3's four splits active; 37: each attention split reads
+  // part of one ring tile; 1100: several batches of tiles per split, the current position in
+  // the last one.
+  for (const auto& [pos, max_context] :
+       {std::pair{2u, 8u}, std::pair{7u, 16u}, std::pair{37u, 64u}, std::pair{1100u, 1200u}}) {
     compare_ops("tiny-llama.yaml", pos, max_context);
     compare_ops("tiny-qwen3.yaml", pos, max_context);
   }
@@ -166,9 +169,10 @@ struct Agreement {
   double us_per_step = 0;
 };
 Agreement gpu_agrees(const dsl::ModelGraph& model, const schedule::Schedule& s, const device::Checkpoint& ckpt,
-                     uint32_t prompt_len, uint32_t tokens, uint32_t seed) {
+                     uint32_t prompt_len, uint32_t tokens, uint32_t seed, uint32_t kv_split_positions = schedule::kNone) {
   device::RuntimeOptions ro;
   ro.max_context = prompt_len + tokens + 4;
+  ro.kv_split_positions = kv_split_positions;
   auto gpu = device::make_cuda_backend(s, ckpt, ro);
   auto emu = device::make_emulator_backend(s, ckpt, ro);
   device::GenerateOptions go;
@@ -222,6 +226,25 @@ TEST_CASE("whole models: CUDA interpreter vs emulator vs the independent referen
                 ", vs reference ", a.worst_ref, "; ", a.us_per_step, " us/step");
       }
     }
+  }
+}
+
+TEST_CASE("whole models at every number of active KV splits: CUDA interpreter vs emulator vs reference") {
+  // tiny-qwen3 has 4 splits per kv head and plans one per 3 positions (short steps to position
+  // 3). One per position walks 1 to 4 splits; 0 keeps every split at every step; 1000 makes
+  // every step short.
+  const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/tiny-qwen3.yaml");
+  planner::PlanOptions po;
+  po.sm_count = static_cast<uint32_t>(device::cuda_device_sm_count());
+  const planner::Plan plan = planner::plan(model, po);
+  TempDir dir("model_splits");
+  device::write_random_checkpoint(plan.schedule, dir.path, 4343);
+  const device::Checkpoint ckpt = device::Checkpoint::open(dir.path);
+  for (const uint32_t P : {0u, 1u, 1000u}) {
+    CAPTURE(P);
+    const Agreement a = gpu_agrees(model, plan.schedule, ckpt, 4, 20, 77 + P, P);
+    MESSAGE("tiny-qwen3 with one KV split per ", P, " positions: ", a.steps, " steps agree; worst logit error vs emulator ",
+            a.worst_emu, ", vs reference ", a.worst_ref);
   }
 }
 
