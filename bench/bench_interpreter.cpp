@@ -25,7 +25,7 @@ double median(std::vector<double> v) {
 constexpr uint32_t kSequence = 64;  // steps launched back to back, tokens fed on the device
 
 uint32_t g_stages = 0;  // --stages: the weight ring's depth, 0 for the executor's choice
-uint32_t g_kv_split_positions = schedule::kNone;  // --kv-split-positions; kNone: the schedule's
+schedule::KvSplitPolicy g_kv_splits{schedule::kNone, schedule::kNone};  // --kv-split-positions, --short-positions
 
 // Median step time of `reps` single launches at position context - 1; with `sequence`, also the
 // mean of kSequence steps launched back to back from `context` on (as mkrun runs them).
@@ -34,7 +34,7 @@ std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t 
   device::ExecutorOptions eo;
   eo.max_context = context + kSequence;
   eo.ring_stages = g_stages;
-  eo.kv_split_positions = g_kv_split_positions;
+  eo.kv_splits = g_kv_splits;
   device::CudaExecutor exec(s, eo);
   for (uint32_t t = 0; t < s.tensors.size(); ++t) {
     const schedule::Tensor& tensor = s.tensors[t];
@@ -84,9 +84,12 @@ int main(int argc, char** argv) {
   app.add_option("--trace", trace, "also trace one step: writes PREFIX.json (Chrome/Perfetto) and PREFIX.svg, prints a per-op summary");
   app.add_option("--stages", g_stages, "use at most this many weight ring stages (0: as many as shared memory holds)")
       ->capture_default_str();
-  app.add_option("--kv-split-positions", g_kv_split_positions,
-                 "one KV split per this many positions, and short steps up to it (0: every split at every step; "
-                 "default: the schedule's, from the model's config kv_split_positions)");
+  app.add_option("--kv-split-positions", g_kv_splits.positions,
+                 "one KV split per this many positions (0: every split at every step; default: the schedule's, from the "
+                 "model's config kv_split_positions)");
+  app.add_option("--short-positions", g_kv_splits.short_positions,
+                 "short steps (one split, doing attn_reduce's work) up to this position (0: none; default: the "
+                 "schedule's, from the model's config short_positions)");
   CLI11_PARSE(app, argc, argv);
   try {
     const schedule::Schedule s = schedule::read_file(path);

@@ -21,7 +21,7 @@ struct RuntimeOptions {
   Order order = Order::deterministic;         // emulator only
   uint64_t seed = 0;                          // emulator shuffled order
   double watchdog_seconds = 1.0;              // CUDA: a wait longer than this stops the run with a report
-  uint32_t kv_split_positions = schedule::kNone;  // StepContext::kv_split_positions; kNone: the schedule's
+  schedule::KvSplitPolicy kv_splits{schedule::kNone, schedule::kNone};  // StepContext::kv_splits; kNone: the schedule's
 };
 
 // A backend keeps a token history on its side: the step at position p decodes history[p], and

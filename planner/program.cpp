@@ -200,22 +200,26 @@ uint32_t auto_kv_splits(uint32_t sm_count, uint32_t kv_heads) {
   return std::clamp<uint32_t>(kv_heads ? sm_count / kv_heads : 1, 1, 64);
 }
 
-uint32_t kv_split_positions(const dsl::ModelGraph& m) {
-  const auto it = m.config.find("kv_split_positions");
-  if (it == m.config.end()) return kDefaultKvSplitPositions;
-  const std::optional<double> P = it->second.number;
-  if (!P || !(*P >= 0 && *P <= limits::kMaxContext && *P == std::floor(*P)))
-    throw dsl::Error(it->second.loc, "config kv_split_positions is '" + it->second.text +
-                                         "'; expected a whole number of positions, 0 (every KV split at every step) to " +
-                                         std::to_string(limits::kMaxContext));
-  return static_cast<uint32_t>(*P);
+schedule::KvSplitPolicy kv_split_policy(const dsl::ModelGraph& m) {
+  auto positions = [&](const char* key, uint32_t fallback, const char* zero) {
+    const auto it = m.config.find(key);
+    if (it == m.config.end()) return fallback;
+    const std::optional<double> P = it->second.number;
+    if (!P || !(*P >= 0 && *P <= limits::kMaxContext && *P == std::floor(*P)))
+      throw dsl::Error(it->second.loc, std::string("config ") + key + " is '" + it->second.text +
+                                           "'; expected a whole number of positions, 0 (" + zero + ") to " +
+                                           std::to_string(limits::kMaxContext));
+    return static_cast<uint32_t>(*P);
+  };
+  return {positions("kv_split_positions", kDefaultKvSplitPositions, "every KV split at every step"),
+          positions("short_positions", kDefaultShortPositions, "no short steps")};
 }
 
 Program analyze(const dsl::ModelGraph& model, uint32_t sm_count) {
   Program p;
   p.model = &model;
   p.sm_count = std::max<uint32_t>(sm_count, 1);
-  kv_split_positions(model);  // a bad value is refused here, at its line
+  kv_split_policy(model);  // a bad value is refused here, at its line
   for (const dsl::TensorDecl& d : model.tensors) {
     TensorInfo t;
     t.name = d.name;

@@ -54,13 +54,13 @@ Program analyze(const dsl::ModelGraph&, uint32_t sm_count = schedule::kDefaultSm
 // SM one, at most 64.
 uint32_t auto_kv_splits(uint32_t sm_count, uint32_t kv_heads);
 
-// The config's kv_split_positions when it leaves it out (schedules/format.hpp StepContext): a
-// step attends with one KV split per this many positions, and steps at positions up to it are
-// short (attn_reduce's work done by the attention). Measured on the H200 (bench/NOTES.md entry
-// 49): short steps save 25-28 us on Llama-3.2-1B at 32 to 128 positions, but splits longer than
-// 32 positions cost more than the merge they save once a step has several (64 or 128: +10 to
-// +60 us at 256 and 512 positions); 32 takes the first and avoids the second.
-inline constexpr uint32_t kDefaultKvSplitPositions = 32;
-uint32_t kv_split_positions(const dsl::ModelGraph&);
+// The schedule's KvSplitPolicy (schedules/format.hpp) from the config's kv_split_positions and
+// short_positions, each a whole number of positions (0 to limits::kMaxContext), refused at its
+// line otherwise. The defaults, measured on the H200 (bench/NOTES.md entries 49 and 51): short
+// steps save 25-28 us on Llama-3.2-1B at 32 to 128 positions, but splits longer than 32
+// positions cost more than the merge they save once a step has several (+10 to +60 us at 256
+// and 512 positions).
+inline constexpr uint32_t kDefaultKvSplitPositions = 32, kDefaultShortPositions = 128;
+schedule::KvSplitPolicy kv_split_policy(const dsl::ModelGraph&);
 
 }  // namespace mk::planner

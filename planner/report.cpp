@@ -61,11 +61,14 @@ std::string summary(const Plan& p) {
   o << "waits per instruction: " << min_median_max(waits) << " (" << wait_total << " in all, "
     << p.stats.waits_removed << " implied by others removed)\n";
   o << "instructions per SM:   " << min_median_max(per_sm) << "\n";
-  o << "KV splits:             one per " << s.kv_split_positions << " positions (config kv_split_positions); ";
-  if (s.kv_split_positions == 0) o << "every split at every step, no short steps\n";
+  o << "KV splits:             ";
+  if (s.kv_splits.positions == 0) o << "every split at every step";
+  else o << "one per " << s.kv_splits.positions << " positions";
+  o << " (config kv_split_positions); ";
+  if (s.kv_splits.short_positions == 0) o << "no short steps (config short_positions)\n";
   else
-    o << "short steps up to position " << s.kv_split_positions << ": " << p.short_takeovers
-      << " tasks done by the attention (attn_reduce's)\n";
+    o << "short steps up to position " << s.kv_splits.short_positions << " (config short_positions): "
+      << p.short_takeovers << " attn_reduce tasks done by the attention\n";
   o << "MB moved per SM:       " << min_median_max(mb_per_sm) << " (" << total_mb << " MB in all)\n";
   o << "critical path:         " << p.stats.critical_path_tasks << " tasks, " << p.stats.critical_path_us
     << " us by the cost model (floor at full bandwidth " << total_mb * 1e6 / schedule::kStreamBytesPerUs << " us)\n";

@@ -132,7 +132,7 @@ void verify(const Schedule& s, const Edges& required_edges, const Edges& short_e
     if (w.instruction[t] == schedule::kNone) refuse("task " + std::to_string(t) + " is on no SM's queue");
 
   verify_path(s, w, required_edges, false, "");
-  verify_path(s, w, short_edges, true, "at short steps (positions up to kv_split_positions): ");
+  verify_path(s, w, short_edges, true, "at short steps (positions up to short_positions): ");
 }
 
 }  // namespace mk::planner

@@ -51,8 +51,9 @@ struct FileHeader {
   uint32_t string_bytes;
   uint32_t logits_tensor;  // f32 [vocab], what --dump-logits writes
   uint32_t token_tensor;   // i32 [1], the greedy token each step produces
-  uint32_t kv_split_positions;  // StepContext::kv_split_positions unless the runtime is told otherwise
-  uint32_t reserved[4];
+  uint32_t kv_split_positions;  // KvSplitPolicy (StepContext::kv_splits), unless the runtime is told otherwise
+  uint32_t short_positions;
+  uint32_t reserved[3];
 };
 static_assert(sizeof(FileHeader) == 96);
 
@@ -97,6 +98,15 @@ struct Instruction {
 };
 static_assert(sizeof(Instruction) == 128);
 
+// How a step splits the attention along the context: one KV split per `positions` cached
+// positions, at most the attention's kv_splits (0: every split at every step); and steps at
+// positions up to `short_positions` are short (0: none): one split per kv head, whose task also
+// does attn_reduce's work and signals for it (Instruction's short signal lists).
+struct KvSplitPolicy {
+  uint32_t positions;
+  uint32_t short_positions;
+};
+
 // What changes from one decode step to the next; passed to every op body. Tokens are arrays of
 // the batch size (1 for now) in the executing side's memory, so that a step can read the token
 // the previous step produced without a round trip to the host.
@@ -105,15 +115,13 @@ struct StepContext {
   uint32_t max_context;     // KV-cache capacity in positions
   uint32_t generation;      // counter generation of this step, >= 1
   uint32_t batch;           // sequences decoded together (1)
-  // The attention uses one KV split per this many cached positions (at most its kv_splits);
-  // 0: always every split. Steps at positions up to it are short (one split each).
-  uint32_t kv_split_positions;
+  KvSplitPolicy kv_splits;
   const int32_t* tokens;    // [batch] the token ids decoded at this step
   int32_t* next_tokens;     // [batch] where the step's greedy tokens also go (the next step's input), or null
 };
 
 // A step whose every attention has one active KV split: the one that also does attn_reduce's work.
-MK_HD inline bool short_step(const StepContext& c) { return c.kv_split_positions != 0 && c.pos <= c.kv_split_positions; }
+MK_HD inline bool short_step(const StepContext& c) { return c.kv_splits.short_positions != 0 && c.pos <= c.kv_splits.short_positions; }
 
 template <class P>
 MK_HD inline const P& payload_as(const Instruction& inst) {

@@ -125,7 +125,8 @@ std::vector<uint8_t> serialize(const Schedule& s) {
   h.string_bytes = static_cast<uint32_t>(strings.size());
   h.logits_tensor = s.logits_tensor;
   h.token_tensor = s.token_tensor;
-  h.kv_split_positions = s.kv_split_positions;
+  h.kv_split_positions = s.kv_splits.positions;
+  h.short_positions = s.kv_splits.short_positions;
   if (s.sm_offsets.size() != size_t{s.sm_count} + 1) throw ScheduleError("sm_offsets must have sm_count + 1 entries");
 
   const Layout l = layout_of(h);
@@ -203,7 +204,7 @@ Schedule deserialize(std::span<const uint8_t> bytes, const std::string& source) 
   s.counter_count = h.counter_count;
   s.logits_tensor = h.logits_tensor;
   s.token_tensor = h.token_tensor;
-  s.kv_split_positions = h.kv_split_positions;
+  s.kv_splits = {h.kv_split_positions, h.short_positions};
   s.tensors.resize(h.tensor_count);
   for (uint32_t i = 0; i < h.tensor_count; ++i) {
     const size_t at = l.tensors + size_t{i} * sizeof(TensorRecord);

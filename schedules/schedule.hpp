@@ -43,7 +43,7 @@ struct Schedule {
   std::vector<uint32_t> signals;
   uint32_t logits_tensor = kNone;
   uint32_t token_tensor = kNone;
-  uint32_t kv_split_positions = 0;  // the default of StepContext::kv_split_positions
+  KvSplitPolicy kv_splits{};  // the default of StepContext::kv_splits
 
   std::span<const Instruction> queue(uint32_t sm) const {
     return {instructions.data() + sm_offsets[sm], instructions.data() + sm_offsets[sm + 1]};
@@ -61,8 +61,11 @@ struct Schedule {
   uint32_t tensor_id(const std::string& name) const;  // kNone if absent
 };
 
-// StepContext::kv_split_positions: `chosen` (a runtime's option), or the schedule's where that is kNone.
-inline uint32_t kv_split_positions(const Schedule& s, uint32_t chosen) { return chosen == kNone ? s.kv_split_positions : chosen; }
+// StepContext::kv_splits: each field as `chosen` (a runtime's options), or the schedule's where kNone.
+inline KvSplitPolicy kv_split_policy(const Schedule& s, KvSplitPolicy chosen) {
+  return {chosen.positions == kNone ? s.kv_splits.positions : chosen.positions,
+          chosen.short_positions == kNone ? s.kv_splits.short_positions : chosen.short_positions};
+}
 
 const char* dtype_name(DType);
 const char* role_name(Role);

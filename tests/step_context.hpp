@@ -8,10 +8,10 @@ namespace mk::test {
 
 // The token lives in a per-thread slot: use the context before making the next one.
 inline schedule::StepContext step_context(uint32_t pos, int32_t token, uint32_t max_context, uint32_t generation,
-                                         uint32_t kv_split_positions = 0) {
+                                         schedule::KvSplitPolicy kv_splits = {0, 0}) {
   thread_local int32_t slot;
   slot = token;
-  return {pos, max_context, generation, 1, kv_split_positions, &slot, nullptr};
+  return {pos, max_context, generation, 1, kv_splits, &slot, nullptr};
 }
 
 }  // namespace mk::test

@@ -255,23 +255,27 @@ TEST_CASE("emulator: matches the reference forward pass (teacher forcing, greedy
 }
 
 TEST_CASE("emulator: every number of active KV splits matches the reference (short steps, some splits, all)") {
-  // tiny-qwen3 has 4 splits per kv head. One split per P positions: P = 1 walks 1, 2, 3, 4
-  // splits; the schedule's 3 runs short steps (attn_reduce's work done by the attention) to
-  // position 3, then 2, 3 and 4 splits; 0 uses every split at every step; 1000 makes every step
-  // short.
+  // tiny-qwen3 has 4 splits per kv head; (positions per split, short positions): the schedule's
+  // (2, 3) runs short steps (attn_reduce's work done by the attention) to position 3, then 2, 3
+  // and 4 splits; (1, 0) walks 1 to 4 splits with attn_reduce; (32, 0) one split with
+  // attn_reduce; (0, 0) every split at every step; (1000, 1000) every step short.
+  using mk::schedule::KvSplitPolicy;
   uint64_t seed = 0x5417;
-  for (const uint32_t P : {mk::schedule::kNone, 0u, 1u, 1000u})
+  for (const KvSplitPolicy P : {KvSplitPolicy{mk::schedule::kNone, mk::schedule::kNone}, KvSplitPolicy{1, 0},
+                                KvSplitPolicy{32, 0}, KvSplitPolicy{0, 0}, KvSplitPolicy{1000, 1000}})
     for (Policy policy : {Policy::round_robin, Policy::critical_path}) {
       ++seed;
-      CAPTURE(P);
+      CAPTURE(P.positions);
+      CAPTURE(P.short_positions);
       CAPTURE(policy_label(policy));
       Fixture f("tiny-qwen3", 5, policy, seed);
-      REQUIRE(f.schedule.kv_split_positions == 3);
+      REQUIRE(f.schedule.kv_splits.positions == 2);
+      REQUIRE(f.schedule.kv_splits.short_positions == 3);
       std::mt19937 rng(static_cast<uint32_t>(seed));
       const std::vector<int32_t> prompt = random_prompt(6, f.vocab(), rng);
       RuntimeOptions opt;
       opt.max_context = 32;
-      opt.kv_split_positions = P;
+      opt.kv_splits = P;
       opt.order = mk::device::Order::shuffled;
       opt.seed = seed;
       const mk::device::GenerateResult r = run_generate(f, opt, prompt, 14);

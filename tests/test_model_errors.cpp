@@ -351,10 +351,12 @@ TEST_CASE("model errors: rope parameters that attention cannot use") {
                       39, 11, {"config rope.factor is 0"});
 }
 
-TEST_CASE("model errors: a kv_split_positions that is not a whole number of positions") {
-  for (const char* bad : {"-1", "1.5", "2.0e+9", "many"}) {
-    CAPTURE(bad);
-    check_planner_error(with_line(11, std::string("  kv_split_positions: ") + bad), 11, 23,
-                        {"config kv_split_positions is '" + std::string(bad) + "'", "a whole number of positions"});
-  }
+TEST_CASE("model errors: a kv_split_positions or short_positions that is not a whole number of positions") {
+  for (const std::string key : {"kv_split_positions", "short_positions"})
+    for (const char* bad : {"-1", "1.5", "2.0e+9", "many"}) {
+      CAPTURE(key);
+      CAPTURE(bad);
+      check_planner_error(with_line(11, "  " + key + ": " + bad), 11, static_cast<int>(key.size()) + 5,
+                          {"config " + key + " is '" + std::string(bad) + "'", "a whole number of positions"});
+    }
 }

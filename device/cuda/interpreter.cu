@@ -458,7 +458,7 @@ void CudaExecutor::launch(uint32_t pos, bool feed) {
   if (uint64_t{st_->generation + 1} * st_->max_target >= 0xffffffffull) st_->reset_counters();
   KernelParams p = st_->params;
   p.ctx = schedule::StepContext{pos, st_->opt.max_context, ++st_->generation, 1,
-                                schedule::kv_split_positions(*st_->s, st_->opt.kv_split_positions), st_->history + pos,
+                                schedule::kv_split_policy(*st_->s, st_->opt.kv_splits), st_->history + pos,
                                 feed ? st_->history + pos + 1 : nullptr};
   p.instructions = st_->instructions[schedule::short_step(p.ctx)];
   interpreter_kernel<<<st_->s->sm_count, kBlockThreads, st_->shared, st_->stream>>>(p);

@@ -31,7 +31,7 @@ struct ExecutorOptions {
   double watchdog_seconds = 1.0;  // a wait longer than this aborts the launch with a report
   bool exact_sm_count = true;     // refuse a schedule planned for another SM count
   uint32_t ring_stages = 0;       // weight ring stages; 0: as many as shared memory holds (mkbench --stages)
-  uint32_t kv_split_positions = schedule::kNone;  // StepContext::kv_split_positions; kNone: the schedule's
+  schedule::KvSplitPolicy kv_splits{schedule::kNone, schedule::kNone};  // StepContext::kv_splits; kNone: the schedule's
 };
 
 // Device memory for one schedule: instruction arrays, counters, and a buffer per tensor

@@ -50,7 +50,7 @@ double cost_us(const AttentionPayload& p, const CostModel& m, uint32_t context) 
 }
 
 // Each unit's cached positions, k and v in bf16 (as if every split were active: the same bytes
-// in all, spread over fewer tasks at contexts below kv_splits * kv_split_positions).
+// in all, spread over fewer tasks at contexts below kv_splits * KvSplitPolicy::positions).
 double bytes_streamed(const AttentionPayload& p, uint32_t context) {
   return double(p.unit_end - p.unit_begin) * std::ceil(double(context) / p.kv_splits) * p.head_dim * 4;
 }

@@ -41,10 +41,13 @@ struct AttentionPayload {
   float rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_position;
 };
 
-// The splits a step uses: one per kv_split_positions cached positions, at least one, at most S.
+// The splits a step uses (KvSplitPolicy): one at a short step, else one per `positions` cached
+// positions, at least one, at most S.
 MK_HD inline uint32_t active_kv_splits(const StepContext& c, uint32_t S) {
-  if (c.kv_split_positions == 0) return S;
-  const uint32_t a = c.pos / c.kv_split_positions + (c.pos % c.kv_split_positions != 0);
+  const uint32_t P = c.kv_splits.positions;
+  if (short_step(c)) return 1;
+  if (P == 0) return S;
+  const uint32_t a = c.pos / P + (c.pos % P != 0);
   return a < 1 ? 1 : a > S ? S : a;
 }
 

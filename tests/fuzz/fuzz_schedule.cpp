@@ -50,10 +50,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const mk::device::TensorTable table{pointers.data(), static_cast<uint32_t>(pointers.size())};
   try {
     int32_t tokens[4] = {0, 1, 2, 3};  // each step feeds the next, as in mkrun
-    // The file's kv_split_positions (short steps where it is at least the position), then 0:
-    // every split, never short, so that both signal lists run whatever the file says.
+    // The file's KvSplitPolicy (short steps where its short_positions reach the position), then
+    // every split and no short step, so that both signal lists run whatever the file says.
     for (uint32_t pos = 0; pos < 3; ++pos)
-      emulator.run_step({pos, kContext, pos + 1, 1, pos < 2 ? s.kv_split_positions : 0u, tokens + pos, tokens + pos + 1}, table,
+      emulator.run_step({pos, kContext, pos + 1, 1, pos < 2 ? s.kv_splits : mk::schedule::KvSplitPolicy{0, 0}, tokens + pos,
+                         tokens + pos + 1},
+                        table,
                         size % 2 ? mk::device::Order::shuffled : mk::device::Order::deterministic, pos);
   } catch (const mk::device::DeadlockError&) {
   }
