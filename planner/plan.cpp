@@ -146,6 +146,12 @@ void derive_short_signals(Plan& p, const Index& ix) {
     if (!def.short_taker_unit || op.inputs.empty()) continue;
     const uint32_t from = ix.producer[op.inputs.front()];
     if (from == schedule::kNone) continue;
+    // Only the input's one reader: the taker writes this op's output instead of its own, which
+    // another reader of it would then not see.
+    const auto reads_input = [&](const OpInfo& other) {
+      return std::find(other.inputs.begin(), other.inputs.end(), op.inputs.front()) != other.inputs.end();
+    };
+    if (std::count_if(p.program.ops.begin(), p.program.ops.end(), reads_input) != 1) continue;
     // Every task of the op or none: a taker writes the whole output its unit feeds.
     auto taker_unit = [&](uint32_t t) { return def.short_taker_unit(p.tasks[t].spec.inst); };
     bool all = true;

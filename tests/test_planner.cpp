@@ -411,6 +411,28 @@ TEST_CASE("planner: at short steps each attn_reduce task is done by its kv head'
     }
 }
 
+TEST_CASE("planner: no short steps for attention partials that two ops read") {
+  // A second attn_reduce of the same partials, feeding a second o projection: at short steps the
+  // attention could write only one of the two outputs, so neither is taken over.
+  std::ifstream in(MK_SOURCE_DIR "/examples/tiny-llama.yaml");
+  std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string reduce = "        - {op: attn_reduce, in: \"attn_part{layer}\", out: \"attn{layer}\", split: 4}\n";
+  REQUIRE(yaml.find(reduce) != std::string::npos);
+  yaml.insert(yaml.find(reduce) + reduce.size(),
+              "        - {op: attn_reduce, in: \"attn_part{layer}\", out: \"attnb{layer}\", split: 4}\n"
+              "        - {op: matvec, in: \"attnb{layer}\", weight: \"wo{layer}\", out: \"hb{layer}\", split: 4}\n");
+  const mk::dsl::ModelGraph model = mk::dsl::parse_string(yaml, "tiny-llama-two-reduces.yaml");
+  PlanOptions o;
+  o.sm_count = 8;
+  const Plan p = mk::planner::plan(model, o);
+  CHECK(p.short_takeovers == 0);
+  for (const auto& t : p.tasks) {
+    CHECK(t.short_signals == t.signals);
+    if (p.program.ops[t.op].opcode == mk::schedule::Opcode::attn_reduce)
+      CHECK(mk::schedule::payload_as<mk::schedule::AttnReducePayload>(t.spec.inst).bypassed == 0);
+  }
+}
+
 TEST_CASE("planner: attn_reduce tasks that span two kv heads keep their work at short steps") {
   // tiny-llama has 4 q heads per kv head; attn_reduce split 3 gives heads [0, 2), [2, 5), [5, 8).
   std::ifstream in(MK_SOURCE_DIR "/examples/tiny-llama.yaml");

@@ -47,6 +47,7 @@ bool take_over(schedule::Instruction& taker, schedule::Instruction& task) {
   if (taker.opcode != static_cast<uint16_t>(schedule::Opcode::attention)) return false;
   auto& p = *reinterpret_cast<schedule::AttnReducePayload*>(task.payload);
   auto& a = *reinterpret_cast<schedule::AttentionPayload*>(taker.payload);
+  if (a.reduce_out != schedule::kNone && a.reduce_out != p.out) return false;  // another op's taker already
   p.bypassed = 1;
   a.reduce_out = p.out;
   return true;
