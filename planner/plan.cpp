@@ -31,12 +31,11 @@ uint32_t task_of_unit(const OpInfo& op, uint32_t unit) {
 void lower_tasks(Plan& p) {
   for (uint32_t o = 0; o < p.program.ops.size(); ++o) {
     const OpInfo& op = p.program.ops[o];
-    auto bound = [&](uint32_t i) { return unit_bound(op, i); };
     for (uint32_t i = 0; i < op.split; ++i) {
       Task t;
       t.op = o;
       t.index = i;
-      t.spec = op_def(op.opcode).lower(p.program, op, bound(i), bound(i + 1));
+      t.spec = op_def(op.opcode).lower(p.program, op, unit_bound(op, i), unit_bound(op, i + 1));
       p.tasks.push_back(std::move(t));
     }
   }
@@ -166,12 +165,10 @@ void derive_short_signals(Plan& p, const Index& ix) {
       ++p.short_takeovers;
     }
   }
-  // A counter listed n times in a row gets one increment of n on the GPU (one release, not n).
-  for (uint32_t t = 0; t < p.tasks.size(); ++t)
-    if (taker_of[t] != schedule::kNone) {
-      std::vector<uint32_t>& list = p.tasks[taker_of[t]].short_signals;
-      std::sort(list.begin(), list.end());
-    }
+  // A counter listed n times in a row gets one increment of n on the GPU (one release, not n):
+  // each taker's list sorted once (the others are as derive_counters made them).
+  for (Task& t : p.tasks)
+    if (t.short_signals.size() > t.signals.size()) std::sort(t.short_signals.begin(), t.short_signals.end());
   for (const auto& [producer, consumer] : p.edges)
     p.short_edges.emplace_back(taker_of[producer] == schedule::kNone ? producer : taker_of[producer], consumer);
 }

@@ -407,35 +407,24 @@ TEST_CASE("schedule validator: payload tensor ids and regions") {
   // Float fields a file could carry that no planner writes: refused rather than turned into NaN.
   SUBCASE("float fields that are not positive and finite") {
     using mk::schedule::AttentionPayload, mk::schedule::MatvecPayload;
-    auto refused = [&](Opcode op, auto edit, const std::string& why) {
+    // The first instruction of the payload's op, its payload edited by `edit`, must be refused.
+    auto refused = [&]<class P>(Opcode op, void (*edit)(P&), const std::string& why) {
       Schedule s = good;
       const uint32_t i = first_of(s, op);
-      edit(s.instructions[i]);
+      auto p = payload<P>(s.instructions[i]);
+      edit(p);
+      set_payload(s.instructions[i], p);
       CHECK(contains(validator_refusal(s), where(s, i) + why));
     };
-    refused(
-        Opcode::matvec,
-        [](auto& in) {
-          auto p = payload<MatvecPayload>(in);
-          p.eps = std::numeric_limits<float>::infinity();
-          set_payload(in, p);
-        },
-        "matvec: eps must be positive and finite");
+    refused(Opcode::matvec, +[](MatvecPayload& p) { p.eps = std::numeric_limits<float>::infinity(); },
+            "matvec: eps must be positive and finite");
+    refused(Opcode::attention, +[](AttentionPayload& p) { p.norm_eps = std::numeric_limits<float>::quiet_NaN(); },
+            "attention: theta, scale and eps must be positive and finite");
     refused(
         Opcode::attention,
-        [](auto& in) {
-          auto p = payload<AttentionPayload>(in);
-          p.norm_eps = std::numeric_limits<float>::quiet_NaN();
-          set_payload(in, p);
-        },
-        "attention: theta, scale and eps must be positive and finite");
-    refused(
-        Opcode::attention,
-        [](auto& in) {
-          auto p = payload<AttentionPayload>(in);
+        +[](AttentionPayload& p) {
           REQUIRE(p.rope_scaling == static_cast<uint32_t>(mk::schedule::RopeScaling::llama3));
           p.rope_low_freq_factor = p.rope_high_freq_factor;  // llama3 scaling divides by their difference
-          set_payload(in, p);
         },
         "attention: llama3 rope scaling needs positive, finite factors");
   }

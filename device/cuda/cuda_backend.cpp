@@ -22,7 +22,7 @@ const schedule::Schedule& fits_gpu_memory(const schedule::Schedule& s, uint32_t 
 class CudaBackend : public Backend {
  public:
   CudaBackend(const schedule::Schedule& s, const Checkpoint& ckpt, const RuntimeOptions& opt)
-      : s_(s), exec_(fits_gpu_memory(s, opt.max_context), ExecutorOptions{opt.max_context, opt.watchdog_seconds, true, 0, opt.kv_splits}) {
+      : s_(s), exec_(fits_gpu_memory(s, opt.max_context), ExecutorOptions{.max_context = opt.max_context, .watchdog_seconds = opt.watchdog_seconds, .kv_splits = opt.kv_splits}) {
     check_weights(s, ckpt);  // before anything is uploaded
     for (uint32_t i = 0; i < s.tensors.size(); ++i)
       if (s.tensors[i].role == schedule::Role::weight) {

@@ -157,7 +157,9 @@ struct AttnCase {
     return ((size_t{g} * s.splits + split) * s.rep + r) * (hd + 2);
   }
 
-  void run() { mk::device::cpu_run(p, mk::test::step_context(s.pos, 3, s.max_context, 1), mem.table()); }
+  void run(mk::schedule::KvSplitPolicy policy = {0, 0}) {
+    mk::device::cpu_run(p, mk::test::step_context(s.pos, 3, s.max_context, 1, policy), mem.table());
+  }
 
   // The split's cached positions [begin, end).
   std::pair<uint32_t, uint32_t> split_range(uint32_t split) const {
@@ -461,6 +463,85 @@ TEST_CASE("op attention: tasks over unit ranges compose to the whole op") {
   c.p.unit_begin = 0;
   c.p.unit_end = 6;
   check_combined(c);
+}
+
+TEST_CASE("op attention and attn_reduce at a short step: one split writes the normalised output, attn_reduce nothing") {
+  std::mt19937 rng(3306);
+  for (uint32_t pos : {0u, 9u}) {
+    AttnSetup s;
+    s.splits = 3;
+    s.pos = pos;
+    s.qk_norm = true;
+    AttnCase c(s, rng);
+    CAPTURE(describe(s));
+    const mk::schedule::KvSplitPolicy policy{1, 16};  // short up to position 16
+    c.p.reduce_out = c.mem.add_f32_poisoned(size_t{c.heads} * c.hd);
+    c.run(policy);
+    const auto reduced = c.mem.f32(c.p.reduce_out);
+    CHECK(check_writes(reduced, 0, reduced.size()).unwritten_inside == 0);
+    std::vector<double> plain;
+    for (uint32_t h = 0; h < c.heads; ++h) {
+      const std::vector<double> ref = plain_attention(c, h);
+      plain.insert(plain.end(), ref.begin(), ref.end());
+    }
+    CHECK(rel_error(reduced, plain) < 1e-5);
+    CHECK(check_writes(c.mem.f32(c.p.out), 0, 0).written_outside == 0);  // no partial at all
+    for (uint32_t g = 0; g < s.kv_heads; ++g)  // the current position appended by split 0
+      CHECK(std::isfinite(c.cached(c.mem.bf16(c.p.k_cache), g, pos)[0]));
+    // A bypassed attn_reduce task does nothing at this step, even over finite partials (all 1:
+    // reading them would write 1s).
+    AttnReducePayload rp{};
+    rp.in = c.mem.add_f32(std::vector<float>(size_t{s.kv_heads} * s.splits * s.rep * (c.hd + 2), 1.0f));
+    rp.out = c.mem.add_f32_poisoned(size_t{c.heads} * c.hd);
+    rp.kv_heads = s.kv_heads;
+    rp.kv_splits = s.splits;
+    rp.rep = s.rep;
+    rp.head_dim = c.hd;
+    rp.head_begin = 0;
+    rp.head_end = s.rep;  // the heads of kv head 0
+    rp.bypassed = 1;
+    const auto ctx = mk::test::step_context(pos, 3, s.max_context, 1, policy);
+    mk::device::cpu_run(rp, ctx, c.mem.table());
+    CHECK(check_writes(c.mem.f32(rp.out), 0, 0).written_outside == 0);
+  }
+}
+
+TEST_CASE("op attention and attn_reduce with some splits active: the rest write and read nothing") {
+  // 4 splits, one per 5 positions: 2 active at position 9, 3 at 12; the inactive partials stay
+  // poisoned and attn_reduce still gives plain softmax attention (it reads only the active ones).
+  std::mt19937 rng(3307);
+  for (const auto& [pos, active] : {std::pair{9u, 2u}, std::pair{12u, 3u}}) {
+    AttnSetup s;
+    s.splits = 4;
+    s.pos = pos;
+    AttnCase c(s, rng);
+    CAPTURE(describe(s));
+    const mk::schedule::KvSplitPolicy policy{5, 0};
+    c.run(policy);
+    const auto out = c.mem.f32(c.p.out);
+    for (uint32_t g = 0; g < s.kv_heads; ++g)
+      for (uint32_t split = 0; split < s.splits; ++split)
+        for (uint32_t r = 0; r < s.rep; ++r) {
+          const size_t at = c.out_index(g, split, r);
+          CHECK(std::isnan(out[at]) == (split >= active));
+        }
+    AttnReducePayload rp{};
+    rp.in = c.p.out;
+    rp.out = c.mem.add_f32_poisoned(size_t{c.heads} * c.hd);
+    rp.kv_heads = s.kv_heads;
+    rp.kv_splits = s.splits;
+    rp.rep = s.rep;
+    rp.head_dim = c.hd;
+    rp.head_begin = 0;
+    rp.head_end = c.heads;
+    mk::device::cpu_run(rp, mk::test::step_context(pos, 3, s.max_context, 1, policy), c.mem.table());
+    std::vector<double> plain;
+    for (uint32_t h = 0; h < c.heads; ++h) {
+      const std::vector<double> ref = plain_attention(c, h);
+      plain.insert(plain.end(), ref.begin(), ref.end());
+    }
+    CHECK(rel_error(c.mem.f32(rp.out), plain) < 1e-5);
+  }
 }
 
 TEST_CASE("KV cache layout: each position's elements permuted within its row; 8 consecutive positions' chunk c in 8 bank groups") {
