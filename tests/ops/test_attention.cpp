@@ -334,6 +334,20 @@ std::vector<double> plain_attention(AttnCase& c, uint32_t h) {
   return out;
 }
 
+// An attn_reduce over `in` (partials shaped as c's) for heads [0, head_end), into a fresh poisoned output.
+AttnReducePayload reduce_payload(AttnCase& c, uint32_t in, uint32_t head_end) {
+  AttnReducePayload rp{};
+  rp.in = in;
+  rp.out = c.mem.add_f32_poisoned(size_t{c.heads} * c.hd);
+  rp.kv_heads = c.s.kv_heads;
+  rp.kv_splits = c.s.splits;
+  rp.rep = c.s.rep;
+  rp.head_dim = c.hd;
+  rp.head_begin = 0;
+  rp.head_end = head_end;
+  return rp;
+}
+
 // After a run over every unit: the partials combined (in double, and by the attn_reduce op)
 // equal plain softmax attention.
 void check_combined(AttnCase& c) {
@@ -361,15 +375,7 @@ void check_combined(AttnCase& c) {
   std::vector<float> combined_f(combined.begin(), combined.end());
   CHECK(rel_error(combined_f, plain) < 1e-5);
 
-  AttnReducePayload rp{};
-  rp.in = c.p.out;
-  rp.out = c.mem.add_f32_poisoned(size_t{c.heads} * hd);
-  rp.kv_heads = c.s.kv_heads;
-  rp.kv_splits = S;
-  rp.rep = c.s.rep;
-  rp.head_dim = hd;
-  rp.head_begin = 0;
-  rp.head_end = c.heads;
+  const AttnReducePayload rp = reduce_payload(c, c.p.out, c.heads);
   mk::device::cpu_run(rp, mk::test::step_context(c.s.pos, 3, c.s.max_context, 1), c.mem.table());
   auto reduced = c.mem.f32(rp.out);
   CHECK(check_writes(reduced, 0, reduced.size()).unwritten_inside == 0);
@@ -490,15 +496,8 @@ TEST_CASE("op attention and attn_reduce at a short step: one split writes the no
       CHECK(std::isfinite(c.cached(c.mem.bf16(c.p.k_cache), g, pos)[0]));
     // A bypassed attn_reduce task does nothing at this step, even over finite partials (all 1:
     // reading them would write 1s).
-    AttnReducePayload rp{};
-    rp.in = c.mem.add_f32(std::vector<float>(size_t{s.kv_heads} * s.splits * s.rep * (c.hd + 2), 1.0f));
-    rp.out = c.mem.add_f32_poisoned(size_t{c.heads} * c.hd);
-    rp.kv_heads = s.kv_heads;
-    rp.kv_splits = s.splits;
-    rp.rep = s.rep;
-    rp.head_dim = c.hd;
-    rp.head_begin = 0;
-    rp.head_end = s.rep;  // the heads of kv head 0
+    const uint32_t ones = c.mem.add_f32(std::vector<float>(size_t{s.kv_heads} * s.splits * s.rep * (c.hd + 2), 1.0f));
+    AttnReducePayload rp = reduce_payload(c, ones, s.rep);  // the heads of kv head 0
     rp.bypassed = 1;
     const auto ctx = mk::test::step_context(pos, 3, s.max_context, 1, policy);
     mk::device::cpu_run(rp, ctx, c.mem.table());
@@ -525,15 +524,7 @@ TEST_CASE("op attention and attn_reduce with some splits active: the rest write 
           const size_t at = c.out_index(g, split, r);
           CHECK(std::isnan(out[at]) == (split >= active));
         }
-    AttnReducePayload rp{};
-    rp.in = c.p.out;
-    rp.out = c.mem.add_f32_poisoned(size_t{c.heads} * c.hd);
-    rp.kv_heads = s.kv_heads;
-    rp.kv_splits = s.splits;
-    rp.rep = s.rep;
-    rp.head_dim = c.hd;
-    rp.head_begin = 0;
-    rp.head_end = c.heads;
+    const AttnReducePayload rp = reduce_payload(c, c.p.out, c.heads);
     mk::device::cpu_run(rp, mk::test::step_context(pos, 3, s.max_context, 1, policy), c.mem.table());
     std::vector<double> plain;
     for (uint32_t h = 0; h < c.heads; ++h) {
