@@ -174,6 +174,7 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring) {
   const uint32_t begin = p.sm_offsets[blockIdx.x], end = p.sm_offsets[blockIdx.x + 1];
   uint32_t stage = 0, parity = 1;  // tile k: stage k % count; its stage was freed in phase k / count - 1
   bool first_round = true;
+  const uint64_t policy = evict_first_policy();  // every tile is read once per step
   auto aborted = [&] { return *static_cast<volatile uint32_t*>(&p.error->code) != 0; };
   auto stream = [&](const auto& tiles) {
     const uint32_t n = tiles.count();
@@ -187,8 +188,8 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring) {
       unsigned char* dst = ring.stages + stage * kStageBytes;
       mbar_expect_bytes(ring.full + stage, t.total_bytes());
       for (uint32_t k = 0; k < t.pieces; ++k)
-        bulk_copy(dst + k * t.bytes, t.src + uint64_t{k} * t.stride, t.bytes, ring.full + stage);
-      if (t.src2) bulk_copy(dst + t.offset2, t.src2, t.bytes, ring.full + stage);
+        bulk_copy(dst + k * t.bytes, t.src + uint64_t{k} * t.stride, t.bytes, ring.full + stage, policy);
+      if (t.src2) bulk_copy(dst + t.offset2, t.src2, t.bytes, ring.full + stage, policy);
       if (++stage == ring.count) stage = 0, parity ^= 1, first_round = false;
     }
     return true;
