@@ -112,27 +112,42 @@ __device__ __forceinline__ float warp_sum4(float a0, float a1, float a2, float a
   return v;
 }
 
+// NR rows (NR <= 4) of a tile against x, lane chunks (8 columns each) first, first + step, ...:
+// all NR + 2 loads of a chunk issued before the first use (a row tested per chunk serialised
+// them: bench/NOTES.md entry 53).
+template <uint32_t NR>
+__device__ __forceinline__ void dot_rows(const uint4* row, uint32_t n8, const float4* xlo, const float4* xhi, uint32_t first,
+                                         uint32_t step, float (&a)[4]) {
+#pragma unroll 2
+  for (uint32_t c = first; c < n8; c += step) {
+    uint4 w[NR];
+#pragma unroll
+    for (uint32_t r = 0; r < NR; ++r) w[r] = row[r * n8 + c];
+    const float4 xa = xlo[c], xb = xhi[c];
+#pragma unroll
+    for (uint32_t r = 0; r < NR; ++r) a[r] += dot8(w[r], xa, xb);
+  }
+}
+
 // One warp's share of one tile: lane chunks (8 columns each) h*32 + lane + j*32*share, four
 // rows at a time, so each slice of x is read from shared memory once per four rows. x is held
 // as two planes (columns 8c..8c+3 at xlo[c], 8c+4..8c+7 at xhi[c]): 16-byte reads, no bank
 // conflicts.
 __device__ __forceinline__ void consume_tile(const WeightTile& t, const uint16_t* w, const float4* xlo, const float4* xhi,
                                              uint32_t h, uint32_t share, float* acc) {
-  const uint32_t lane = threadIdx.x % 32, n8 = t.cols / 8, c0 = t.col0 / 8, step = 32 * share;
+  const uint32_t lane = threadIdx.x % 32, n8 = t.cols / 8, c0 = t.col0 / 8, first = h * 32 + lane, step = 32 * share;
   const uint4* tile = reinterpret_cast<const uint4*>(w);
   for (uint32_t r0 = 0; r0 < t.rows; r0 += 4) {
     const uint32_t nr = min(4u, t.rows - r0);
     const uint4* row = tile + r0 * n8;
-    float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-#pragma unroll 1
-    for (uint32_t c = h * 32 + lane; c < n8; c += step) {
-      const float4 xa = xlo[c0 + c], xb = xhi[c0 + c];
-      a0 += dot8(row[c], xa, xb);
-      if (nr > 1) a1 += dot8(row[n8 + c], xa, xb);
-      if (nr > 2) a2 += dot8(row[2 * n8 + c], xa, xb);
-      if (nr > 3) a3 += dot8(row[3 * n8 + c], xa, xb);
+    float a[4] = {0, 0, 0, 0};
+    switch (nr) {
+      case 4: dot_rows<4>(row, n8, xlo + c0, xhi + c0, first, step, a); break;
+      case 3: dot_rows<3>(row, n8, xlo + c0, xhi + c0, first, step, a); break;
+      case 2: dot_rows<2>(row, n8, xlo + c0, xhi + c0, first, step, a); break;
+      default: dot_rows<1>(row, n8, xlo + c0, xhi + c0, first, step, a); break;
     }
-    const float s = warp_sum4(a0, a1, a2, a3);
+    const float s = warp_sum4(a[0], a[1], a[2], a[3]);
     if (lane % 8 == 0 && lane / 8 < nr) atomicAdd(acc + t.acc_row + r0 + lane / 8, s);
   }
 }
