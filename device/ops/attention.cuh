@@ -52,7 +52,7 @@ __device__ inline void gpu_prefetch(const schedule::AttentionPayload& p, const T
     if (w != schedule::kNone) prefetch_lines(mem.at<const uint16_t>(w), uint64_t{p.head_dim} * 2, thread, threads);
 }
 
-// Shared memory: q as the tensor cores take it (16 rows of bf16), cos/sin, q, k and v in f32,
+// Shared memory: q as the tensor cores take it (16 rows of bf16), q, k and v in f32,
 // the current k and v in bf16, then each attending warp's output, max and sum per head (and the
 // current position's score as one more slot).
 namespace detail {
@@ -71,7 +71,7 @@ static_assert(kAttnWarps <= kWarps, "the attending warps are compute warps");
 inline uint32_t gpu_shared_bytes(const schedule::AttentionPayload& p) {
   const uint32_t hd = p.head_dim, rep = p.heads / p.kv_heads;
   return detail::kQRows * detail::q_stride(hd) * 2 +
-         (hd + rep * hd + 2 * hd + hd + detail::kAttnWarps * rep * hd + 2 * (detail::kAttnWarps + 1) * rep) * 4;
+         (rep * hd + 2 * hd + hd + detail::kAttnWarps * rep * hd + 2 * (detail::kAttnWarps + 1) * rep) * 4;
 }
 
 namespace detail {
@@ -218,8 +218,7 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
   const uint32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32, per = attention_tile_positions(hd);
   constexpr uint32_t G = schedule::kMaxGroup, W = kAttnWarps;
   uint16_t* qa = reinterpret_cast<uint16_t*>(scratch);  // [kQRows][q_stride(hd)]
-  float* cs = reinterpret_cast<float*>(qa + kQRows * q_stride(hd));  // cos [half], sin [half]
-  float* q = cs + hd;                                                  // [rep][hd]
+  float* q = reinterpret_cast<float*>(qa + kQRows * q_stride(hd));  // [rep][hd]
   float* kcur = q + rep * hd;
   float* vcur = kcur + hd;
   uint16_t* kcur16 = reinterpret_cast<uint16_t*>(vcur + hd);  // the current k and v as stored
@@ -227,7 +226,6 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
   float* wo = reinterpret_cast<float*>(vcur16 + hd);  // [kAttnWarps][rep][hd]: each attending warp's output
   float* wm = wo + kAttnWarps * rep * hd;               // [kAttnWarps + 1][rep]: its max (the current score last)
   float* wl = wm + (kAttnWarps + 1) * rep;              // [kAttnWarps + 1][rep]: its sum
-  for (uint32_t i = tid; i < half; i += kThreads) sincosf(rope_angle(p, i, ctx.pos), cs + half + i, cs + i);
   const float* qkv = mem.at<const float>(p.qkv);
   uint16_t* kc = mem.at<uint16_t>(p.k_cache);
   uint16_t* vc = mem.at<uint16_t>(p.v_cache);
@@ -241,42 +239,52 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
     const uint32_t g = unit / S, s = unit % S;
     if (s >= A) continue;  // an inactive split: no tiles, nothing written
     const bool last = s == A - 1;
-    block_sync();
-    // q heads, k and v of this group in one batch of loads (q, kcur, vcur are contiguous).
-    for (uint32_t i = tid; i < (rep + 2) * hd; i += kThreads) {
-      const uint32_t from = i < rep * hd       ? g * rep * hd + i
-                            : i < (rep + 1) * hd ? (p.heads + g) * hd + i - rep * hd
-                                                 : (p.heads + p.kv_heads + g) * hd + i - (rep + 1) * hd;
-      q[i] = load_activation(qkv + from);
-    }
-    block_sync();
-    if (warp < rep && p.q_norm != schedule::kNone) warp_rms_norm(q + warp * hd, mem.at<const uint16_t>(p.q_norm), hd, p.norm_eps);
-    if (warp == rep && p.k_norm != schedule::kNone) warp_rms_norm(kcur, mem.at<const uint16_t>(p.k_norm), hd, p.norm_eps);
-    block_sync();
-    for (uint32_t i = tid; i < (rep + 1) * half; i += kThreads) {  // RoPE, HF rotate_half pairs
-      float* v = i < rep * half ? q + (i / half) * hd : kcur;
-      const uint32_t j = i % half;
-      const float a = v[j], b = v[j + half];
-      v[j] = a * cs[j] - b * cs[half + j];
-      v[j + half] = b * cs[j] + a * cs[half + j];
-    }
-    block_sync();
-    const uint64_t head_base = uint64_t{g} * ctx.max_context * hd;
-    for (uint32_t i = tid; i < hd; i += kThreads) {  // the cache holds bf16; use the same values
-      const uint16_t kb = f32_to_bf16(kcur[i]), vb = f32_to_bf16(vcur[i]);
-      kcur16[i] = kb;
-      vcur16[i] = vb;
-      if (last) {
-        kc[head_base + kv_index(ctx.pos, i, hd)] = kb;
-        vc[head_base + kv_index(ctx.pos, i, hd)] = vb;
+    block_sync();  // the scratch may still be read by the previous unit's merge
+    // The set-up, a warp per vector with no block barrier inside: warp r < rep loads q head r,
+    // warp rep k and warp rep + 1 v; each normed (q, k) and roped (q, k) by its warp, then q
+    // written for the tensor cores and k and v to the cache (last split). Warps rep + 2 on zero
+    // the tensor-core rows of the heads past rep. (Five block barriers before: bench/NOTES.md 54.)
+    if (warp < rep + 2) {
+      const bool is_q = warp < rep, is_k = warp == rep;
+      float* v = is_q ? q + warp * hd : is_k ? kcur : vcur;
+      const uint32_t from = is_q ? (g * rep + warp) * hd : is_k ? (p.heads + g) * hd : (p.heads + p.kv_heads + g) * hd;
+      for (uint32_t i = lane; i < hd; i += 32) v[i] = load_activation(qkv + from + i);
+      __syncwarp();
+      const uint32_t norm = is_q ? p.q_norm : is_k ? p.k_norm : schedule::kNone;
+      if (norm != schedule::kNone) warp_rms_norm(v, mem.at<const uint16_t>(norm), hd, p.norm_eps);
+      if (is_q || is_k) {  // RoPE, HF rotate_half pairs
+        __syncwarp();
+        for (uint32_t j = lane; j < half; j += 32) {
+          float sn, cn;
+          sincosf(rope_angle(p, j, ctx.pos), &sn, &cn);
+          const float a = v[j], b = v[j + half];
+          v[j] = a * cn - b * sn;
+          v[j + half] = b * cn + a * sn;
+        }
       }
-    }
-    for (uint32_t i = tid; i < G * half; i += kThreads) {  // q for the tensor cores
-      const uint32_t r = i / half, e = 2 * (i % half);
-      uint32_t hi = 0, lo = 0;
-      if (r < rep) split_bf16(q[r * hd + e] * qscale, q[r * hd + e + 1] * qscale, hi, lo);
-      *reinterpret_cast<uint32_t*>(qa + r * q_stride(hd) + e) = hi;
-      *reinterpret_cast<uint32_t*>(qa + (r + G) * q_stride(hd) + e) = lo;
+      __syncwarp();
+      if (is_q) {  // q for the tensor cores: row warp its hi part, row warp + G what bf16 left
+        for (uint32_t e = 2 * lane; e < hd; e += 64) {
+          uint32_t hi, lo;
+          split_bf16(v[e] * qscale, v[e + 1] * qscale, hi, lo);
+          *reinterpret_cast<uint32_t*>(qa + warp * q_stride(hd) + e) = hi;
+          *reinterpret_cast<uint32_t*>(qa + (warp + G) * q_stride(hd) + e) = lo;
+        }
+      } else {  // the cache holds bf16; use the same values
+        uint16_t* cur16 = is_k ? kcur16 : vcur16;
+        uint16_t* cache = (is_k ? kc : vc) + uint64_t{g} * ctx.max_context * hd;
+        for (uint32_t i = lane; i < hd; i += 32) {
+          const uint16_t b = f32_to_bf16(v[i]);
+          cur16[i] = b;
+          if (last) cache[kv_index(ctx.pos, i, hd)] = b;
+        }
+      }
+    } else if (warp < G + 2) {
+      for (uint32_t e = 2 * lane; e < hd; e += 64) {
+        const uint32_t r = warp - 2;  // rep <= r < G
+        *reinterpret_cast<uint32_t*>(qa + r * q_stride(hd) + e) = 0;
+        *reinterpret_cast<uint32_t*>(qa + (r + G) * q_stride(hd) + e) = 0;
+      }
     }
     block_sync();
     if (last && warp < rep) {  // the current position's score, from f32 q
