@@ -82,9 +82,19 @@ __device__ inline MatvecTiles gpu_tiles(const schedule::MatvecPayload& p, const 
   return matvec_tiles(p, mem);
 }
 
-// The norm weight and this task's rows of each bias, read after the wait (see ring.cuh).
+namespace detail {
+// The task's tile geometry, computed during its counter wait by the first prefetching thread
+// (gpu_prefetch) and read by the body after the barrier that ends the wait. Its integer
+// divisions by run-time values cost every task ~0.45 us wherever they sat in the body, before
+// the input loads or after them (bench/NOTES.md entries 54-55).
+static __shared__ MatvecTiles task_tiles;
+}  // namespace detail
+
+// During the wait: the task's tile geometry, and the norm weight and this task's rows of each
+// bias asked of L2, read after the wait (see ring.cuh).
 __device__ inline void gpu_prefetch(const schedule::MatvecPayload& p, const TensorTable& mem, uint32_t thread,
                                     uint32_t threads) {
+  if (thread == 0) detail::task_tiles = matvec_tiles(p, mem);
   if (p.norm != schedule::kNone) prefetch_lines(mem.at<const uint16_t>(p.norm), uint64_t{p.cols} * 2, thread, threads);
   uint32_t first = 0;
   for (uint32_t i = 0; i < p.weight_count && i < 3; first = p.weight_row_end[i++]) {
@@ -219,7 +229,7 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
   // Tile j of this task is tile next_tile + j of the launch: ring stage (next_tile + j) % count.
   // The `share` warps of a stage take its tiles in turn, each a slice of every tile's columns.
   WeightRing& ring = bc.ring;
-  const MatvecTiles all = matvec_tiles(p, mem);
+  const MatvecTiles all = task_tiles;  // gpu_prefetch's, from the wait
   const uint32_t tiles = all.count(), count = ring.count, h = warp / count;
   if (h < ring.share) {
     const uint32_t stage = warp % count;
