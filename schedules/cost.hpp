@@ -1,7 +1,9 @@
 // The cost model: how long each instruction runs on the device, and the step time that follows
 // from the per-SM queues and their waits. Each op's terms are in its schedules/ops/<op>.cpp;
-// the constants were fitted to the H200 traces of 2026-11-30 (bench/NOTES.md, "cost model"),
-// and mkbench prints the prediction beside what it measures.
+// the constants were fitted to the H200 traces of 2026-11-30, last at commit bca72d8 (bench/
+// NOTES.md, "The cost model"), and mkbench prints the prediction beside what it measures. A
+// short step (schedules/format.hpp) is costed as a regular one: attn_reduce's tasks and their
+// hop are still charged.
 #pragma once
 #include <cstdint>
 
@@ -13,9 +15,9 @@ namespace mk::schedule {
 
 struct CostModel {
   double stream_bytes_per_us = kStreamBytesPerUs / kDefaultSmCount;  // one SM's share of the weight stream
-  double input_bytes_per_us = 20e3;            // an activation vector read from L2 by one SM
-  double task_us = 2.4;     // per instruction: its first round trip (matvec input 1.3 us), epilogue and signal (1.4)
-  double latency_us = 2.0;  // from the last signal to the waiting SM running (waits of 1.6-2.0 us when producers end together)
+  double input_bytes_per_us = 34e3;  // an activation vector read from L2 by one SM (8 KB in 1.1 us, 32 KB in 1.8)
+  double task_us = 2.0;     // per instruction: its first round trip (matvec input 0.86 us), epilogue and signal (1.1)
+  double latency_us = 1.0;  // from the last signal to the waiting SM running (hops of ~0.4 us, plus the poll)
 };
 
 // Per op, in schedules/ops/<op>.cpp: the bytes an instruction streams from memory (weights, the

@@ -39,12 +39,12 @@ std::string check_payload(const AttentionPayload& p, const Schedule& s) {
 }
 
 // Each unit: its q, k and v loaded, normed and roped, the warps' states merged at the end, and
-// between them its share of the cache, which streams through the ring (ahead of the waits) and
-// is consumed on the tensor cores faster than it arrives. Fitted to the traces of 2026-11-30
-// (commit 4c42f9a): 5.7 us per unit at 33 positions (head_dim 64), 17 us at 513 and 43 us at
-// 2049 (head_dim 128, 0.26 and 1.05 MB): the cache streams at about 0.88 of one SM's share.
+// between them its share of the cache, which streams through the ring (ahead of the waits).
+// Fitted to the traces of 2026-11-30 (commit bca72d8): 5.8 us per unit at 513 positions (head_dim
+// 64, 8 KB), 17 us at 8193 and 45 us at 32769 (head_dim 128, 0.26 and 1.05 MB): the cache streams
+// at about 0.72 of one SM's share.
 double cost_us(const AttentionPayload& p, const CostModel& m, uint32_t context) {
-  constexpr double kUnitUs = 3.3, kStreamShare = 0.88;
+  constexpr double kUnitUs = 3.3, kStreamShare = 0.72;
   const double units = p.unit_end - p.unit_begin;
   return m.task_us + units * kUnitUs + bytes_streamed(p, context) / (kStreamShare * m.stream_bytes_per_us);
 }
