@@ -16,10 +16,14 @@ double instruction_bytes(const Instruction& inst, uint32_t context) {
   }
 }
 
-double instruction_us(const Instruction& inst, const CostModel& m, uint32_t context) {
+StepContext cost_step(const KvSplitPolicy& policy, uint32_t context) {
+  return StepContext{context ? context - 1 : 0, context, 1, 1, policy, nullptr, nullptr};
+}
+
+double instruction_us(const Instruction& inst, const CostModel& m, const StepContext& step) {
   switch (static_cast<Opcode>(inst.opcode)) {
 #define MK_OP(name, code, payload) \
-  case Opcode::name: return cost_us(payload_as<payload>(inst), m, context);
+  case Opcode::name: return cost_us(payload_as<payload>(inst), m, step);
 #include "schedules/op_table.def"
 #undef MK_OP
     default: return 0;
@@ -27,6 +31,8 @@ double instruction_us(const Instruction& inst, const CostModel& m, uint32_t cont
 }
 
 double predict_step_us(const Schedule& s, uint32_t context, const CostModel& m) {
+  const StepContext step = cost_step(s.kv_splits, context);
+  const bool short_lists = short_step(step);
   std::vector<uint32_t> head(s.sm_offsets.begin(), s.sm_offsets.end() - 1), seen(s.counter_count, 0);
   std::vector<double> sm_free(s.sm_count, 0), landed(s.counter_count, 0);
   for (size_t left = s.instructions.size(); left > 0;) {
@@ -38,8 +44,8 @@ double predict_step_us(const Schedule& s, uint32_t context, const CostModel& m) 
         if (!std::all_of(waits.begin(), waits.end(), [&](const Wait& w) { return seen[w.counter] >= w.target; })) break;
         double start = sm_free[sm];
         for (const Wait& w : waits) start = std::max(start, landed[w.counter] + m.latency_us);
-        sm_free[sm] = start + instruction_us(inst, m, context);
-        for (uint32_t c : s.signals_of(inst)) {
+        sm_free[sm] = start + instruction_us(inst, m, step);
+        for (uint32_t c : s.signals_of(inst, short_lists)) {
           ++seen[c];
           landed[c] = std::max(landed[c], sm_free[sm]);
         }

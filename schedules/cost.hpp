@@ -1,9 +1,7 @@
 // The cost model: how long each instruction runs on the device, and the step time that follows
 // from the per-SM queues and their waits. Each op's terms are in its schedules/ops/<op>.cpp;
 // the constants were fitted to the H200 traces of 2026-11-30, last at commit bca72d8 (bench/
-// NOTES.md, "The cost model"), and mkbench prints the prediction beside what it measures. A
-// short step (schedules/format.hpp) is costed as a regular one: attn_reduce's tasks and their
-// hop are still charged.
+// NOTES.md, "The cost model"), and mkbench prints the prediction beside what it measures.
 #pragma once
 #include <cstdint>
 
@@ -21,19 +19,26 @@ struct CostModel {
 };
 
 // Per op, in schedules/ops/<op>.cpp: the bytes an instruction streams from memory (weights, the
-// KV cache; not the activations, which L2 holds) and its time, at a step of `context` positions.
+// KV cache; not the activations, which L2 holds) at a step of `context` positions, and its time
+// at a step (its position and its kv split policy: a short step's attention is one split per kv
+// head, doing attn_reduce's work).
 #define MK_OP(name, code, payload)                           \
   double bytes_streamed(const payload&, uint32_t context); \
-  double cost_us(const payload&, const CostModel&, uint32_t context);
+  double cost_us(const payload&, const CostModel&, const StepContext&);
 #include "schedules/op_table.def"
 #undef MK_OP
 
+// The step a cost is asked for: decoding at position context - 1 under a kv split policy (the
+// schedule's).
+StepContext cost_step(const KvSplitPolicy&, uint32_t context);
+
 double instruction_bytes(const Instruction&, uint32_t context);
-double instruction_us(const Instruction&, const CostModel&, uint32_t context);
+double instruction_us(const Instruction&, const CostModel&, const StepContext&);
 
 // The step's time by the cost model: every SM runs its queue in order, each instruction
-// starting when its SM is free and the last signal it waits for has landed (plus latency_us).
-// NaN when the queues cannot finish (a schedule the verifier would refuse).
+// starting when its SM is free and the last signal it waits for has landed (plus latency_us),
+// with the short signal lists at a short step. NaN when the queues cannot finish (a schedule the
+// verifier would refuse).
 double predict_step_us(const Schedule&, uint32_t context, const CostModel& = {});
 
 }  // namespace mk::schedule

@@ -9,6 +9,8 @@
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
 #include "schedules/cost.hpp"
+#include "schedules/ops/attention.hpp"
+#include "schedules/ops/attn_reduce.hpp"
 #include "schedules/ops/matvec.hpp"
 
 using namespace mk::schedule;
@@ -54,10 +56,11 @@ TEST_CASE("cost model: a matvec costs its input read and its weights at one SM's
   p.cols = 2048;
   p.row_begin = 100, p.row_end = 116;
   p.act = static_cast<uint32_t>(MatvecAct::none);
-  const double plain = cost_us(p, m, 512);
+  const StepContext step = cost_step(KvSplitPolicy{0, 0}, 512);
+  const double plain = cost_us(p, m, step);
   CHECK(plain == doctest::Approx(m.task_us + 2048 * 4.0 / m.input_bytes_per_us + 16 * 2048 * 2.0 / m.stream_bytes_per_us));
   p.act = static_cast<uint32_t>(MatvecAct::silu_mul);  // gate and up: twice the weights
-  CHECK(cost_us(p, m, 512) - plain == doctest::Approx(16 * 2048 * 2.0 / m.stream_bytes_per_us));
+  CHECK(cost_us(p, m, step) - plain == doctest::Approx(16 * 2048 * 2.0 / m.stream_bytes_per_us));
 }
 
 TEST_CASE("cost model: a real plan's prediction is finite, covers every SM's own work and grows with the context") {
@@ -70,7 +73,7 @@ TEST_CASE("cost model: a real plan's prediction is finite, covers every SM's own
   double busiest = 0;
   for (uint32_t sm = 0; sm < s.sm_count; ++sm) {
     double work = 0;
-    for (uint32_t i = s.sm_offsets[sm]; i < s.sm_offsets[sm + 1]; ++i) work += instruction_us(s.instructions[i], m, 512);
+    for (uint32_t i = s.sm_offsets[sm]; i < s.sm_offsets[sm + 1]; ++i) work += instruction_us(s.instructions[i], m, cost_step(s.kv_splits, 512));
     busiest = std::max(busiest, work);
   }
   const double at32 = predict_step_us(s, 32), at512 = predict_step_us(s, 512), at8k = predict_step_us(s, 8192);
@@ -78,4 +81,55 @@ TEST_CASE("cost model: a real plan's prediction is finite, covers every SM's own
   CHECK(at512 >= busiest);
   CHECK(at32 < at512);
   CHECK(at512 < at8k);
+}
+
+TEST_CASE("cost model: only the step's active splits attend; at a short step split 0 has every position") {
+  CostModel m;
+  AttentionPayload p{};
+  p.heads = 32, p.kv_heads = 8, p.head_dim = 64, p.kv_splits = 16;
+  const KvSplitPolicy policy{32, 128};  // splits of 32 positions, short steps up to 128
+  auto unit_cost = [&](uint32_t split, uint32_t context) {
+    p.unit_begin = 3 * p.kv_splits + split, p.unit_end = p.unit_begin + 1;  // kv head 3
+    return cost_us(p, m, cost_step(policy, context));
+  };
+  // Position 99 is a short step: split 0 attends to all 99 cached positions, split 1 to none.
+  CHECK(unit_cost(1, 100) == doctest::Approx(m.task_us));
+  const double all99 = unit_cost(0, 100);
+  CHECK(all99 > m.task_us);
+  // Position 299: 10 splits of 30 positions; split 0 has 30, split 9 has 29, split 10 none.
+  const double s0 = unit_cost(0, 300), s9 = unit_cost(9, 300);
+  CHECK(s0 < all99);
+  CHECK(s9 < s0);
+  CHECK(unit_cost(10, 300) == doctest::Approx(m.task_us));
+  // Each position costs the same: split 9 has one fewer than split 0, the short step 69 more.
+  CHECK(all99 - s0 == doctest::Approx(69 * (s0 - s9)));
+}
+
+TEST_CASE("cost model: a bypassed attn_reduce costs next to nothing at a short step only") {
+  CostModel m;
+  AttnReducePayload p{};
+  p.bypassed = 1;
+  const KvSplitPolicy policy{32, 128};
+  const double short_cost = cost_us(p, m, cost_step(policy, 64)), regular = cost_us(p, m, cost_step(policy, 512));
+  CHECK(regular == doctest::Approx(m.task_us));
+  CHECK(short_cost < 0.5 * m.task_us);
+  p.bypassed = 0;
+  CHECK(cost_us(p, m, cost_step(policy, 64)) == doctest::Approx(m.task_us));
+}
+
+TEST_CASE("cost model: a real plan's short steps, with their short signal lists, predict less than regular ones") {
+  const mk::dsl::ModelGraph model = mk::dsl::parse_file(std::string(MK_SOURCE_DIR) + "/examples/llama-3.2-1b.yaml");
+  mk::planner::PlanOptions o;
+  o.sm_count = 132;
+  Schedule s = mk::planner::plan(model, o).schedule;
+  REQUIRE(s.kv_splits.short_positions >= 32);
+  const double with_short = predict_step_us(s, 32);
+  s.kv_splits.short_positions = 0;  // the same queues, every step regular
+  const double without = predict_step_us(s, 32);
+  CHECK(std::isfinite(with_short));
+  // Each of the 16 layers loses attn_reduce's task (all but its 0.33 us) and, with the short
+  // signal lists, its hop (a latency): more than the task alone would give.
+  const CostModel m;
+  MESSAGE("Llama-3.2-1B at 32 positions: " << with_short << " us with short steps, " << without << " without");
+  CHECK(without - with_short > 16 * (m.task_us - 0.33 + 0.5 * m.latency_us));
 }

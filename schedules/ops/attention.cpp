@@ -43,10 +43,17 @@ std::string check_payload(const AttentionPayload& p, const Schedule& s) {
 // Fitted to the traces of 2026-11-30 (commit bca72d8): 5.8 us per unit at 513 positions (head_dim
 // 64, 8 KB), 17 us at 8193 and 45 us at 32769 (head_dim 128, 0.26 and 1.05 MB): the cache streams
 // at about 0.72 of one SM's share.
-double cost_us(const AttentionPayload& p, const CostModel& m, uint32_t context) {
+// Only the step's active splits do any of it (active_kv_splits: one at a short step).
+double cost_us(const AttentionPayload& p, const CostModel& m, const StepContext& step) {
   constexpr double kUnitUs = 3.3, kStreamShare = 0.72;
-  const double units = p.unit_end - p.unit_begin;
-  return m.task_us + units * kUnitUs + bytes_streamed(p, context) / (kStreamShare * m.stream_bytes_per_us);
+  const uint32_t A = active_kv_splits(step, p.kv_splits);
+  double us = m.task_us;
+  for (uint32_t u = p.unit_begin; u < p.unit_end; ++u) {
+    if (u % p.kv_splits >= A) continue;
+    const AttentionSplit sp = attention_split(u % p.kv_splits, A, step.pos);
+    us += kUnitUs + double(sp.end - sp.begin) * p.head_dim * 4 / (kStreamShare * m.stream_bytes_per_us);
+  }
+  return us;
 }
 
 // Each unit's cached positions, k and v in bf16 (as if every split were active: the same bytes

@@ -13,7 +13,7 @@ std::string check_payload(const EmbedPayload& p, const Schedule& s) {
   return {};
 }
 
-double cost_us(const EmbedPayload&, const CostModel& m, uint32_t) { return m.task_us; }
+double cost_us(const EmbedPayload&, const CostModel& m, const StepContext&) { return m.task_us; }
 double bytes_streamed(const EmbedPayload& p, uint32_t) { return (p.col_end - p.col_begin) * 2.0; }  // one row's columns
 
 }  // namespace mk::schedule

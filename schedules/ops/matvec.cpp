@@ -42,8 +42,8 @@ double bytes_streamed(const MatvecPayload& p, uint32_t) {
 }
 
 // Its input vector from L2, then its weights at one SM's share of the stream.
-double cost_us(const MatvecPayload& p, const CostModel& m, uint32_t context) {
-  return m.task_us + p.cols * 4.0 / m.input_bytes_per_us + bytes_streamed(p, context) / m.stream_bytes_per_us;
+double cost_us(const MatvecPayload& p, const CostModel& m, const StepContext& step) {
+  return m.task_us + p.cols * 4.0 / m.input_bytes_per_us + bytes_streamed(p, step.pos + 1) / m.stream_bytes_per_us;
 }
 
 }  // namespace mk::schedule

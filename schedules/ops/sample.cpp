@@ -41,7 +41,7 @@ uint32_t set_sampling(Schedule& s, const SamplingParams& sp) {
 }
 
 // One SM reads its input from L2 twice (the maximum, then the draw).
-double cost_us(const SamplePayload& p, const CostModel& m, uint32_t) { return m.task_us + p.count * 8.0 / m.input_bytes_per_us; }
+double cost_us(const SamplePayload& p, const CostModel& m, const StepContext&) { return m.task_us + p.count * 8.0 / m.input_bytes_per_us; }
 double bytes_streamed(const SamplePayload&, uint32_t) { return 0; }
 
 }  // namespace mk::schedule
