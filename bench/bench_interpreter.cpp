@@ -100,7 +100,9 @@ int main(int argc, char** argv) {
       if (t.role == schedule::Role::kv_cache) kv_bytes += t.elements() * 2.0 * context;
     }
     const double floor_us = (weight_bytes + kv_bytes) / schedule::kStreamBytesPerUs;
-    const double predicted = schedule::predict_step_us(s, context);
+    schedule::Schedule as_run = s;  // the prediction under the policy the runs use (--kv-split-positions, ...)
+    as_run.kv_splits = schedule::kv_split_policy(s, g_kv_splits);
+    const double predicted = schedule::predict_step_us(as_run, context);
     double sequence = 0;
     const double full = median(run(s, context, reps, trace, &sequence));
     schedule::Schedule free = s;

@@ -12,9 +12,10 @@ namespace {
 
 using Bits = std::vector<uint64_t>;
 
-// At a step of kPlanContext positions under the model's kv split policy.
-double task_us(const Task& t, const schedule::CostModel& cost, const schedule::KvSplitPolicy& policy) {
-  return schedule::instruction_us(t.spec.inst, cost, schedule::cost_step(policy, kPlanContext));
+// At a step of kPlanContext positions with every kv split active: a schedule serves every
+// context, and a split idle at kPlanContext still has its share of a long one.
+double task_us(const Task& t, const schedule::CostModel& cost) {
+  return schedule::instruction_us(t.spec.inst, cost, schedule::cost_step(schedule::KvSplitPolicy{0, 0}, kPlanContext));
 }
 
 // Task i of an op owns units [unit_bound(i), unit_bound(i + 1)): near-equal ranges (sizes differ
@@ -328,8 +329,7 @@ Plan plan(const dsl::ModelGraph& model, const PlanOptions& options) {
       throw dsl::Error(p.program.ops[t.op].decl->loc, "op '" + p.program.ops[t.op].name + "' has a task with over 65535 waits or signals; use fewer chunks");
   const auto preds = wait_preds(p);
   std::vector<double> us;  // each task's cost by the cost model, computed once
-  const schedule::KvSplitPolicy policy = kv_split_policy(*p.program.model);
-  for (const Task& t : p.tasks) us.push_back(task_us(t, schedule::CostModel{}, policy));
+  for (const Task& t : p.tasks) us.push_back(task_us(t, schedule::CostModel{}));
   const auto queues = options.policy == Policy::round_robin ? assign_round_robin(p, options.sm_count)
                                                             : assign_critical_path(p, options.sm_count, preds, us);
   critical_path(p, preds, us);

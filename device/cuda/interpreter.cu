@@ -108,8 +108,9 @@ __device__ bool counter_wait(const KernelParams& p, const schedule::Instruction&
 }
 
 // The weights an instruction's body reads itself, asked of L2 by the compute threads from
-// warp 2 on while warp 0 waits (warp 1 may still be signalling the previous instruction). Out
-// of line, like the bodies: its switch would otherwise cost the kernel's loop registers.
+// warp 2 on while warp 0 waits (warp 1 may still be signalling the previous instruction), and
+// whatever else the op's gpu_prefetch prepares then (the matvec's tile geometry). Out of line,
+// like the bodies: its switch would otherwise cost the kernel's loop registers.
 __device__ __noinline__ void prefetch_body_weights(const schedule::Instruction* inst, void* const* tensors) {
   const TensorTable mem{tensors};
   const uint32_t thread = threadIdx.x - 64, threads = kThreads - 64;
@@ -356,7 +357,7 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
     throw CudaError("the schedule needs " + std::to_string(st_->shared) + " bytes of shared memory per block; the GPU allows " +
                     std::to_string(prop.sharedMemPerBlockOptin));
   // Scratch for the op bodies, then as many ring stages as the rest of shared memory holds.
-  const uint32_t static_bytes = 1024;  // instruction copy, barriers, flags
+  const uint32_t static_bytes = 1024;  // instruction copy, barriers, flags, the matvec's tile geometry (~480 in all)
   const uint32_t room = static_cast<uint32_t>(prop.sharedMemPerBlockOptin) - static_bytes;
   // At most one stage per compute warp: each stage has its consumer warps.
   st_->stages = std::min({kMaxStages, kWarps, room > st_->shared ? (room - st_->shared) / kStageBytes : 0u});

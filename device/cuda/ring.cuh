@@ -107,7 +107,7 @@ struct BlockContext {
 
 // An L2 policy for data read once per step (weights, the KV cache): evicted first, so that the
 // stream does not push out of L2 what is read again soon (activations, counters, the queues,
-// norm weights). Llama-3.2-1B 992 -> 956 us, Qwen3-4B at 8K 3325 -> 3219 (bench/NOTES.md 52).
+// norm weights). Llama-3.2-1B 987 -> 954 us, Qwen3-4B at 8K 3305 -> 3220 (bench/NOTES.md 52).
 __device__ __forceinline__ uint64_t evict_first_policy() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));

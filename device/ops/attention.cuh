@@ -66,6 +66,7 @@ inline constexpr uint32_t kAttnWarps = 8;
 static_assert(schedule::kMaxGroup == 8 && kQRows == 2 * schedule::kMaxGroup, "m16n8k16 rows are 8 heads, hi and lo");
 static_assert(schedule::kMaxHeadDim % 16 == 0, "head_dim steps of 16");
 static_assert(kAttnWarps <= kWarps, "the attending warps are compute warps");
+static_assert(schedule::kMaxGroup + 2 <= kWarps, "the set-up has a warp per q head, k and v");
 }  // namespace detail
 
 inline uint32_t gpu_shared_bytes(const schedule::AttentionPayload& p) {
@@ -206,7 +207,7 @@ struct WarpAttention {
 // each extra call site or argument cost the kernel's own loop registers (its spills rose from 40
 // to 60 bytes and every matvec slowed). Returns the ring's tile counter after its tiles.
 //
-// Per active unit (a kv group's split): q, k and v loaded, normed and roped by the block; then
+// Per active unit (a kv group's split): q's heads, k and v loaded, normed and roped, a warp each; then
 // the split's tiles, each stage released by every compute warp, their 16-position blocks dealt
 // to the warps in turn, each warp keeping its own softmax state; then the warps' states merged
 // in shared memory with the current position (last active split only), and the partial written

@@ -46,6 +46,7 @@ std::string check_payload(const AttentionPayload& p, const Schedule& s) {
 // Only the step's active splits do any of it (active_kv_splits: one at a short step).
 double cost_us(const AttentionPayload& p, const CostModel& m, const StepContext& step) {
   constexpr double kUnitUs = 3.3, kStreamShare = 0.72;
+  if (p.kv_splits == 0) return m.task_us;  // refused by check_payload; no division by it here
   const uint32_t A = active_kv_splits(step, p.kv_splits);
   double us = m.task_us;
   for (uint32_t u = p.unit_begin; u < p.unit_end; ++u) {
@@ -57,7 +58,8 @@ double cost_us(const AttentionPayload& p, const CostModel& m, const StepContext&
 }
 
 // Each unit's cached positions, k and v in bf16 (as if every split were active: the same bytes
-// in all, spread over fewer tasks at contexts below kv_splits * KvSplitPolicy::positions).
+// in all, spread over fewer tasks at contexts below kv_splits * KvSplitPolicy::positions; the
+// traces' rates and the planner's bytes per SM use this, cost_us the step's active splits).
 double bytes_streamed(const AttentionPayload& p, uint32_t context) {
   return double(p.unit_end - p.unit_begin) * std::ceil(double(context) / p.kv_splits) * p.head_dim * 4;
 }
