@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <random>
+#include <span>
 #include <sstream>
 
 #include "device/ops/cpu_ops.hpp"
@@ -14,11 +15,6 @@ bool Emulator::ready(const schedule::Instruction& inst, uint32_t generation) con
   return true;
 }
 
-void Emulator::execute(const schedule::Instruction& inst, const schedule::StepContext& ctx, const TensorTable& mem) {
-  cpu_execute(inst, ctx, mem);
-  for (uint32_t c : s_.signals_of(inst, schedule::short_step(ctx))) ++counters_[c];
-}
-
 void Emulator::run_step(const schedule::StepContext& ctx, const TensorTable& mem, Order order, uint64_t seed) {
   const uint32_t sms = s_.sm_count;
   std::vector<uint32_t> head(sms);
@@ -29,17 +25,20 @@ void Emulator::run_step(const schedule::StepContext& ctx, const TensorTable& mem
   // The logical clock: when each SM is free, when each counter got its last signal.
   std::vector<uint64_t> sm_free(tracing_ ? sms : 0, 0), signalled(tracing_ ? s_.counter_count : 0, 0);
   if (tracing_) trace_.assign(s_.instructions.size(), TraceEvent{});
+  const bool short_lists = schedule::short_step(ctx);  // the step's signal lists, chosen once
   auto run = [&](uint32_t sm) {
     const uint32_t i = head[sm]++;
     const schedule::Instruction& inst = s_.instructions[i];
-    execute(inst, ctx, mem);
+    cpu_execute(inst, ctx, mem);
+    const std::span<const uint32_t> signals = s_.signals_of(inst, short_lists);
+    for (uint32_t c : signals) ++counters_[c];
     if (!tracing_) return;
     constexpr uint64_t kTick = 1000;
     TraceEvent& e = trace_[i];
     e.start = e.ready = sm_free[sm];
     for (const schedule::Wait& w : s_.waits_of(inst)) e.ready = std::max(e.ready, signalled[w.counter]);
     e.end = e.ready + kTick;
-    for (uint32_t c : s_.signals_of(inst, schedule::short_step(ctx))) signalled[c] = std::max(signalled[c], e.end);
+    for (uint32_t c : signals) signalled[c] = std::max(signalled[c], e.end);
     sm_free[sm] = e.end;
   };
   std::mt19937_64 rng(seed);

@@ -39,7 +39,6 @@ class Emulator {
 
  private:
   bool ready(const schedule::Instruction&, uint32_t generation) const;
-  void execute(const schedule::Instruction&, const schedule::StepContext&, const TensorTable&);
 
   const schedule::Schedule& s_;
   std::vector<uint32_t> counters_;

@@ -162,7 +162,11 @@ void derive_short_signals(Plan& p, const Index& ix) {
     if (!all) continue;
     for (uint32_t t = ix.first_task[o]; t < ix.first_task[o + 1]; ++t) {
       Task& taker = p.tasks[ix.first_task[from] + task_of_unit(p.program.ops[from], taker_unit(t))];
-      if (!def.take_over(taker.spec.inst, p.tasks[t].spec.inst)) break;  // the same producer for every task
+      if (!def.take_over(taker.spec.inst, p.tasks[t].spec.inst)) {
+        // All or nothing: a task left out would read a partial its taker no longer writes.
+        if (t != ix.first_task[o]) throw std::logic_error("short steps: op '" + op.name + "' was taken over in part");
+        break;
+      }
       taker.short_signals.insert(taker.short_signals.end(), p.tasks[t].signals.begin(), p.tasks[t].signals.end());
       p.tasks[t].short_signals.clear();
       taker_of[t] = static_cast<uint32_t>(&taker - p.tasks.data());
