@@ -227,9 +227,10 @@ std::string trace_summary(const schedule::Schedule& s, const std::vector<TraceEv
       run += (e.end - e.ready) / 1e3;
       if (e.mark[0] && e.mark[1]) {
         ++marked;
-        phase[0] += (e.mark[0] - e.ready) / 1e3;
-        phase[1] += (e.mark[1] - e.mark[0]) / 1e3;
-        phase[2] += (e.end - e.mark[1]) / 1e3;
+        // Signed: a mark may precede the instruction's readiness (work done ahead of its wait).
+        phase[0] += static_cast<double>(static_cast<int64_t>(e.mark[0] - e.ready)) / 1e3;
+        phase[1] += static_cast<double>(static_cast<int64_t>(e.mark[1] - e.mark[0])) / 1e3;
+        phase[2] += static_cast<double>(static_cast<int64_t>(e.end - e.mark[1])) / 1e3;
       }
     }
   };

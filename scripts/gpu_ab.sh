@@ -5,7 +5,7 @@
 # Each BIN holds mkplan and mkbench (and, for a candidate, mk_gpu_tests); build them here with
 # scripts/gpu_build.sh and copy each aside. Logs go to $LOG (default $OUT, else out/ab). SPECS
 # lists "model context" pairs (default: the benchmark's four rows); TESTS=0 skips the tests;
-# TRACE=1 also writes each candidate's trace summary per spec. A BIN may end in :ARGS, extra
+# TRACE=1 also writes each candidate's trace summary per spec (TRACE_BASE=0: the base's too). A BIN may end in :ARGS, extra
 # mkbench arguments for that build (the same binaries under another setting, without its tests:
 # "out/exp/c1:--stages 8"). Prints one line per build and spec, also to $LOG/gpu_ab.log.
 set -uo pipefail
@@ -37,7 +37,7 @@ for spec in "${specs[@]}"; do
     echo "$v $1 @$2: $(timeout 90 "$bin/mkbench" "/tmp/mk-ab/$v/$1.bin" --context "$2" --reps 30 ${args[v]} 2>&1 |
       grep -E "step \(|without|back to back" | tr -s ' ' | tr '\n' ' ')"
   done
-  for ((v = 1; v < ${#bins[@]}; ++v)); do
+  for ((v = ${TRACE_BASE:-1}; v < ${#bins[@]}; ++v)); do
     [ "${TRACE:-0}" = 1 ] || break
     t="$LOG/trace-$v-$1-$2"
     timeout 90 "${bins[v]}/mkbench" "/tmp/mk-ab/$v/$1.bin" --context "$2" ${args[v]} --trace "$t" > "$t.txt" 2>&1

@@ -22,6 +22,12 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 // Sum over the compute threads; every one gets the result. `scratch` holds kWarps floats.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
   v = warp_sum(v);

@@ -111,13 +111,13 @@ __device__ bool counter_wait(const KernelParams& p, const schedule::Instruction&
 // warp 2 on while warp 0 waits (warp 1 may still be signalling the previous instruction), and
 // whatever else the op's gpu_prefetch prepares then (the matvec's tile geometry). Out of line,
 // like the bodies: its switch would otherwise cost the kernel's loop registers.
-__device__ __noinline__ void prefetch_body_weights(const schedule::Instruction* inst, void* const* tensors) {
+__device__ __noinline__ void prefetch_body_weights(const schedule::Instruction* inst, void* const* tensors, uint32_t pos) {
   const TensorTable mem{tensors};
   const uint32_t thread = threadIdx.x - 64, threads = kThreads - 64;
   switch (static_cast<schedule::Opcode>(inst->opcode)) {
 #define MK_OP(name, code, payload)                                                       \
   case schedule::Opcode::name:                                                           \
-    gpu_prefetch(schedule::payload_as<schedule::payload>(*inst), mem, thread, threads); \
+    gpu_prefetch(schedule::payload_as<schedule::payload>(*inst), pos, mem, thread, threads); \
     break;
 #include "schedules/op_table.def"
 #undef MK_OP
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
       }
     } else if (threadIdx.x >= 64) {
       if (threadIdx.x == 64) prefetch_queue(p, i, end);
-      prefetch_body_weights(p.instructions + i, p.tensors.base);
+      prefetch_body_weights(p.instructions + i, p.tensors.base, p.ctx.pos);
     }
     block_sync();
     if (!go) return;
@@ -356,9 +356,12 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   if (st_->shared > prop.sharedMemPerBlockOptin)
     throw CudaError("the schedule needs " + std::to_string(st_->shared) + " bytes of shared memory per block; the GPU allows " +
                     std::to_string(prop.sharedMemPerBlockOptin));
-  // Scratch for the op bodies, then as many ring stages as the rest of shared memory holds.
-  const uint32_t static_bytes = 1024;  // instruction copy, barriers, flags, the matvec's tile geometry (~480 in all)
-  const uint32_t room = static_cast<uint32_t>(prop.sharedMemPerBlockOptin) - static_bytes;
+  // Scratch for the op bodies, then as many ring stages as the rest of shared memory holds
+  // beside the kernel's static shared memory (the instruction copy, the ring's barriers, the
+  // ops' own: the matvec's tile geometry, the attention's RoPE and norm tables).
+  cudaFuncAttributes attr{};
+  check(cudaFuncGetAttributes(&attr, interpreter_kernel), "cudaFuncGetAttributes");
+  const uint32_t room = static_cast<uint32_t>(prop.sharedMemPerBlockOptin - std::min(attr.sharedSizeBytes, prop.sharedMemPerBlockOptin));
   // At most one stage per compute warp: each stage has its consumer warps.
   st_->stages = std::min({kMaxStages, kWarps, room > st_->shared ? (room - st_->shared) / kStageBytes : 0u});
   if (opt.ring_stages == 1) throw CudaError("the weight ring needs at least 2 stages");

@@ -95,15 +95,19 @@ struct BlockContext {
   WeightRing& ring;
   uint64_t* trace;  // this instruction's trace record, or nullptr
 
-  // Records the time an op body reaches phase k (0 or 1) of its own, when tracing.
-  __device__ void mark(uint32_t k) const {
-    if (trace && threadIdx.x == 0) {
-      uint64_t t;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-      trace[3 + k] = t;
-    }
-  }
+  __device__ void mark(uint32_t k) const;
 };
+
+// Records in an instruction's trace record (when tracing: not null) the time its op body
+// reaches phase k (0 or 1) of its own; by thread 0.
+__device__ __forceinline__ void trace_mark(uint64_t* trace, uint32_t k) {
+  if (trace && threadIdx.x == 0) {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    trace[3 + k] = t;
+  }
+}
+__device__ inline void BlockContext::mark(uint32_t k) const { trace_mark(trace, k); }
 
 // An L2 policy for data read once per step (weights, the KV cache): evicted first, so that the
 // stream does not push out of L2 what is read again soon (activations, counters, the queues,
@@ -137,13 +141,13 @@ __device__ NoTiles gpu_tiles(const Payload&, const schedule::StepContext&, const
 
 // Weights an op body reads itself rather than through the ring (norm weights, biases) do not
 // depend on the step either: while warp 0 waits for the instruction's counters, the other
-// compute warps ask L2 for them (gpu_prefetch(payload, mem, thread, threads) with `threads`
+// compute warps ask L2 for them (gpu_prefetch(payload, pos, mem, thread, threads) with `threads`
 // threads taking part), so that the body's loads after the wait find them there instead of
 // going to memory. The same hook may prepare what the body needs from the payload alone into
 // shared memory of the op's own (the matvec's tile geometry); the block barrier that ends the
 // wait orders it before the body. Ops that need none of this get this one.
 template <class Payload>
-__device__ void gpu_prefetch(const Payload&, const TensorTable&, uint32_t, uint32_t) {}
+__device__ void gpu_prefetch(const Payload&, uint32_t, const TensorTable&, uint32_t, uint32_t) {}
 
 // `bytes` from p into L2, one 128-byte line per thread in turn; kept there ahead of the stream.
 __device__ __forceinline__ void prefetch_lines(const void* p, uint64_t bytes, uint32_t thread, uint32_t threads) {

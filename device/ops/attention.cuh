@@ -45,45 +45,56 @@ __device__ inline AttentionTiles gpu_tiles(const schedule::AttentionPayload& p, 
           schedule::active_kv_splits(ctx, p.kv_splits), ctx.pos, ctx.max_context, p.head_dim, attention_tile_positions(p.head_dim)};
 }
 
-// The q and k norm weights, read in the set-up after the wait (see ring.cuh).
-__device__ inline void gpu_prefetch(const schedule::AttentionPayload& p, const TensorTable& mem, uint32_t thread,
-                                    uint32_t threads) {
-  for (const uint32_t w : {p.q_norm, p.k_norm})
-    if (w != schedule::kNone) prefetch_lines(mem.at<const uint16_t>(w), uint64_t{p.head_dim} * 2, thread, threads);
+namespace detail {
+// What the set-up needs that depends on the payload and the position only, prepared during the
+// counter wait (gpu_prefetch) and read after the barrier that ends it: RoPE's cos and sin of
+// each pair and the q and k norm weights in f32. In the body they cost a global round trip (the
+// norm weights) and powf and sincosf per lane on the chain (bench/NOTES.md entry 56).
+static __shared__ float2 rope_cs[schedule::kMaxHeadDim / 2];      // (cos, sin) of pair j
+static __shared__ float norm_weights[2][schedule::kMaxHeadDim];  // q's, then k's (when normed)
+}  // namespace detail
+
+__device__ inline void gpu_prefetch(const schedule::AttentionPayload& p, uint32_t pos, const TensorTable& mem,
+                                    uint32_t thread, uint32_t threads) {
+  const uint32_t hd = p.head_dim;
+  for (uint32_t j = thread; j < hd / 2; j += threads) {
+    float sn, cn;
+    sincosf(rope_angle(p, j, pos), &sn, &cn);
+    detail::rope_cs[j] = make_float2(cn, sn);
+  }
+  for (uint32_t i = thread; i < 2 * hd; i += threads) {
+    const uint32_t w = i < hd ? p.q_norm : p.k_norm;
+    if (w != schedule::kNone) detail::norm_weights[i / hd][i % hd] = bf16_to_f32(mem.at<const uint16_t>(w)[i % hd]);
+  }
 }
 
 // Shared memory: q as the tensor cores take it (16 rows of bf16), q, k and v in f32,
-// the current k and v in bf16, then each attending warp's output, max and sum per head (and the
-// current position's score as one more slot).
+// the current k and v in bf16, then each compute warp's output, max and sum per head (and the
+// current position's score as one more slot), then each head's max and sum over them all.
 namespace detail {
 inline constexpr uint32_t kQRows = 16;  // rows 0-7: q in bf16 (hi), rows 8-15: what bf16 left (lo)
 __device__ __host__ inline uint32_t q_stride(uint32_t hd) { return hd + 8; }  // bf16; odd 16-byte chunks: no bank conflicts
-// Warps that attend to cached positions (the others only release the tiles): eight keep up with
-// the stream (a 16-position block costs a warp well under the 0.23 us the stream takes to bring
-// it at one SM's share) and bound the shared memory their outputs need for the merge.
-inline constexpr uint32_t kAttnWarps = 8;
 // The fragments' shapes: lane / 4 names one of 8 heads, rows g and g + 8 its hi and lo parts.
 static_assert(schedule::kMaxGroup == 8 && kQRows == 2 * schedule::kMaxGroup, "m16n8k16 rows are 8 heads, hi and lo");
 static_assert(schedule::kMaxHeadDim % 16 == 0, "head_dim steps of 16");
-static_assert(kAttnWarps <= kWarps, "the attending warps are compute warps");
 static_assert(schedule::kMaxGroup + 2 <= kWarps, "the set-up has a warp per q head, k and v");
 }  // namespace detail
 
 inline uint32_t gpu_shared_bytes(const schedule::AttentionPayload& p) {
   const uint32_t hd = p.head_dim, rep = p.heads / p.kv_heads;
   return detail::kQRows * detail::q_stride(hd) * 2 +
-         (rep * hd + 2 * hd + hd + detail::kAttnWarps * rep * hd + 2 * (detail::kAttnWarps + 1) * rep) * 4;
+         (rep * hd + 2 * hd + hd + kWarps * rep * hd + 2 * (kWarps + 1) * rep + 2 * rep) * 4;
 }
 
 namespace detail {
 
-// RMSNorm of one head held in shared memory, by one warp.
-__device__ inline void warp_rms_norm(float* v, const uint16_t* w, uint32_t n, float eps) {
+// RMSNorm of one head held in shared memory, by one warp; w in f32 (shared memory).
+__device__ inline void warp_rms_norm(float* v, const float* w, uint32_t n, float eps) {
   float ss = 0;
   for (uint32_t i = threadIdx.x % 32; i < n; i += 32) ss += v[i] * v[i];
   const float inv = rsqrtf(warp_sum(ss) / n + eps);
   __syncwarp();
-  for (uint32_t i = threadIdx.x % 32; i < n; i += 32) v[i] = v[i] * inv * bf16_to_f32(w[i]);
+  for (uint32_t i = threadIdx.x % 32; i < n; i += 32) v[i] = v[i] * inv * w[i];
 }
 
 // Four 8x8 bf16 matrices from shared memory, lane l giving a row address of matrix l / 8;
@@ -201,6 +212,11 @@ struct WarpAttention {
   }
 };
 
+// The instruction's trace record while tracing (else null), set by gpu_run, so that the body can
+// mark its phases without another argument: the end of a unit's set-up, and warp 0 done with its
+// tiles (the trace's phases: set-up, tiles, merge and signal; the last active unit's).
+static __shared__ uint64_t* attention_trace;
+
 // Out of line, and given nothing by reference that the interpreter keeps in registers: inlined,
 // its register pressure made every op spill; given the block context by reference, the ring's
 // fields moved to local memory for every op. One instance, one call site and no more arguments:
@@ -208,25 +224,27 @@ struct WarpAttention {
 // to 60 bytes and every matvec slowed). Returns the ring's tile counter after its tiles.
 //
 // Per active unit (a kv group's split): q's heads, k and v loaded, normed and roped, a warp each; then
-// the split's tiles, each stage released by every compute warp, their 16-position blocks dealt
-// to the warps in turn, each warp keeping its own softmax state; then the warps' states merged
-// in shared memory with the current position (last active split only), and the partial written
-// (at a short step with reduce_out, the normalised output instead).
+// the split's tiles, each taken whole by the warp that owns its ring stage (as the matvec's are),
+// its 16-position blocks in turn, each warp keeping its own softmax state; then the warps' states
+// merged in shared memory with the current position (last active split only), and the partial
+// written (at a short step with reduce_out, the normalised output instead).
 __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload& p, schedule::StepContext ctx,
                                                 TensorTable mem, unsigned char* scratch, WeightRing ring) {
 
   const uint32_t hd = p.head_dim, half = hd / 2, rep = p.heads / p.kv_heads, S = p.kv_splits;
   const uint32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32, per = attention_tile_positions(hd);
-  constexpr uint32_t G = schedule::kMaxGroup, W = kAttnWarps;
+  constexpr uint32_t G = schedule::kMaxGroup, W = kWarps;
   uint16_t* qa = reinterpret_cast<uint16_t*>(scratch);  // [kQRows][q_stride(hd)]
   float* q = reinterpret_cast<float*>(qa + kQRows * q_stride(hd));  // [rep][hd]
   float* kcur = q + rep * hd;
   float* vcur = kcur + hd;
   uint16_t* kcur16 = reinterpret_cast<uint16_t*>(vcur + hd);  // the current k and v as stored
   uint16_t* vcur16 = kcur16 + hd;
-  float* wo = reinterpret_cast<float*>(vcur16 + hd);  // [kAttnWarps][rep][hd]: each attending warp's output
-  float* wm = wo + kAttnWarps * rep * hd;               // [kAttnWarps + 1][rep]: its max (the current score last)
-  float* wl = wm + (kAttnWarps + 1) * rep;              // [kAttnWarps + 1][rep]: its sum
+  float* wo = reinterpret_cast<float*>(vcur16 + hd);  // [kWarps][rep][hd]: each warp's output
+  float* wm = wo + W * rep * hd;                      // [kWarps + 1][rep]: its max (the current score last), then its weight
+  float* wl = wm + (W + 1) * rep;                     // [kWarps + 1][rep]: its sum
+  float* head_max = wl + (W + 1) * rep;               // [rep]
+  float* head_sum = head_max + rep;                   // [rep]
   const float* qkv = mem.at<const float>(p.qkv);
   uint16_t* kc = mem.at<uint16_t>(p.k_cache);
   uint16_t* vc = mem.at<uint16_t>(p.v_cache);
@@ -242,9 +260,10 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
     const bool last = s == A - 1;
     block_sync();  // the scratch may still be read by the previous unit's merge
     // The set-up, a warp per vector with no block barrier inside: warp r < rep loads q head r,
-    // warp rep k and warp rep + 1 v; each normed (q, k) and roped (q, k) by its warp, then q
-    // written for the tensor cores and k and v to the cache (last split). Warps rep + 2 on zero
-    // the tensor-core rows of the heads past rep. (Five block barriers before: bench/NOTES.md 54.)
+    // warp rep k and warp rep + 1 v; each normed (q, k) and roped (q, k) by its warp with the
+    // tables of the wait, then q written for the tensor cores and k and v to the cache (last
+    // split). Warps rep + 2 on zero the tensor-core rows of the heads past rep. (Five block
+    // barriers before: bench/NOTES.md 54.)
     if (warp < rep + 2) {
       const bool is_q = warp < rep, is_k = warp == rep;
       float* v = is_q ? q + warp * hd : is_k ? kcur : vcur;
@@ -252,15 +271,14 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
       for (uint32_t i = lane; i < hd; i += 32) v[i] = load_activation(qkv + from + i);
       __syncwarp();
       const uint32_t norm = is_q ? p.q_norm : is_k ? p.k_norm : schedule::kNone;
-      if (norm != schedule::kNone) warp_rms_norm(v, mem.at<const uint16_t>(norm), hd, p.norm_eps);
+      if (norm != schedule::kNone) warp_rms_norm(v, norm_weights[is_q ? 0 : 1], hd, p.norm_eps);
       if (is_q || is_k) {  // RoPE, HF rotate_half pairs
         __syncwarp();
         for (uint32_t j = lane; j < half; j += 32) {
-          float sn, cn;
-          sincosf(rope_angle(p, j, ctx.pos), &sn, &cn);
+          const float2 cs = rope_cs[j];
           const float a = v[j], b = v[j + half];
-          v[j] = a * cn - b * sn;
-          v[j + half] = b * cn + a * sn;
+          v[j] = a * cs.x - b * cs.y;
+          v[j + half] = b * cs.x + a * cs.y;
         }
       }
       __syncwarp();
@@ -292,35 +310,49 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
       float dot = 0;
       for (uint32_t i = lane; i < hd; i += 32) dot = fmaf(q[warp * hd + i], bf16_to_f32(kcur16[i]), dot);
       dot = warp_sum(dot);
-      if (lane == 0) wm[kAttnWarps * rep + warp] = dot * qscale, wl[kAttnWarps * rep + warp] = 1;
+      if (lane == 0) wm[W * rep + warp] = dot * qscale, wl[W * rep + warp] = 1;
     }
+    trace_mark(attention_trace, 0);
 
-    // The split's cached positions: every warp waits for every tile and releases it; the
-    // attending warps take the tile's blocks of 16 positions in turn (block b of the unit: warp
-    // b % W).
+    // The split's cached positions. Tile j of the unit is the launch's tile `tile + j`, in stage
+    // (tile + j) % count. Owner o < n = min(tiles, count) takes tiles o, o + n, ... (one stage:
+    // as the matvec's tiles are taken, one waiter per tile and one arrival for all kWarps, no
+    // division per tile), and the owner's `share` warps deal each tile's 16-position blocks.
+    // A unit of few tiles thus has several warps on each (every tile the first of its stage in
+    // the unit, whose earlier occupant has been consumed, so that any warp may wait for it);
+    // a long one a warp per stage. (Every warp waiting for every tile, blocks dealt across the
+    // tiles: 16 times the loop's overhead at 8K; bench/NOTES.md entry 56.)
     const schedule::AttentionSplit sp = schedule::attention_split(s, A, ctx.pos);
+    const uint32_t tiles = (sp.end - sp.begin + per - 1) / per, count = ring.count, n = min(tiles, count);
     WarpAttention wa;
     constexpr uint32_t NT = WarpAttention::NT;
     wa.reset();
-    uint32_t block = 0;
-    for (uint32_t first = sp.begin; first < sp.end; first += per, ++tile) {
-      const uint32_t n = min(per, sp.end - first), blocks = (n + 15) / 16, stage = tile % ring.count;
-      mbar_wait(ring.full + stage, (tile / ring.count) & 1);
-      const uint32_t k = smem_addr(ring.stages + stage * kStageBytes), v = k + kStageBytes / 2;
-      if (warp < W)
-        for (uint32_t b = (warp + W - block % W) % W; b < blocks; b += W)
-          wa.add(qa_addr, k + b * 16 * hd * 2, v + b * 16 * hd * 2, first + b * 16, min(16u, n - b * 16), hd);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(ring.empty + stage);
-      block += blocks;
+    if (n > 0) {
+      const uint32_t o = warp % n, h = warp / n, share = kWarps / n;
+      if (h < share) {
+        const uint32_t releases = kWarps / share + (h < kWarps % share), stage = (tile + o) % count;
+        const uint32_t k = smem_addr(ring.stages + stage * kStageBytes), v = k + kStageBytes / 2;
+        uint32_t parity = ((tile + o) / count) & 1;
+        for (uint32_t j = o; j < tiles; j += n, parity ^= 1) {
+          const uint32_t first = sp.begin + j * per, m = min(per, sp.end - first);
+          mbar_wait(ring.full + stage, parity);
+          for (uint32_t b = h; b * 16 < m; b += share)
+            wa.add(qa_addr, k + b * 16 * hd * 2, v + b * 16 * hd * 2, first + b * 16, min(16u, m - b * 16), hd);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(ring.empty + stage, releases);
+        }
+      }
     }
+    tile += tiles;
+    trace_mark(attention_trace, 1);
 
-    // Merge: each attending warp's output (hi and lo rows summed), max and sum, then per output
-    // element the warps rescaled to the block's max, plus the current position (last split).
+    // Merge: each warp's output (hi and lo rows summed), max and sum in its slot; then per head
+    // the max over the slots and each slot's weight, once; then per output element the slots
+    // weighted, plus the current position (last split).
     const uint32_t head = lane / 4;
     wa.l += __shfl_xor_sync(0xffffffffu, wa.l, 1);
     wa.l += __shfl_xor_sync(0xffffffffu, wa.l, 2);
-    if (warp < W && head < rep) {
+    if (head < rep) {
       if (lane % 4 == 0) wm[warp * rep + head] = wa.m, wl[warp * rep + head] = wa.l;
       float* oh = wo + (warp * rep + head) * hd + 2 * (lane % 4);
 #pragma unroll
@@ -330,27 +362,28 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
       }
     }
     block_sync();
+    static_assert(kWarps + 1 <= 32, "a lane per slot");
+    if (warp < rep) {  // head `warp`, slot `lane`: the head's max and sum, and the slot's weight, once
+      const bool slot = lane < (last ? W + 1 : W);
+      const float m = slot ? wm[lane * rep + warp] : -INFINITY, M = warp_max(m);
+      const float f = m == -INFINITY ? 0.0f : exp2f(m - M);  // a warp that attended to nothing: weight 0
+      const float sum = warp_sum(slot ? f * wl[lane * rep + warp] : 0.0f);
+      if (slot) wm[lane * rep + warp] = f;
+      if (lane == 0) head_max[warp] = M, head_sum[warp] = sum;
+    }
+    block_sync();
     // The partial: rows of hd + 2 per head, (output, max, sum), the max in the natural log; at a
     // short step with reduce_out, rows of hd: the output normalised (decided here, not held in a
     // register through the tiles: that made the kernel and the matvec body spill).
     const bool reduce = schedule::short_step(ctx) && p.reduce_out != schedule::kNone;
     float* part = reduce ? mem.at<float>(p.reduce_out) + uint64_t{g} * rep * hd : out + (uint64_t{g} * S + s) * rep * (hd + 2);
     const uint32_t row = reduce ? hd : hd + 2;
-    const uint32_t slots = last ? W + 1 : W;
     for (uint32_t i = tid; i < rep * hd; i += kThreads) {
       const uint32_t r = i / hd, e = i % hd;
-      float M = -INFINITY;
-      for (uint32_t w = 0; w < slots; ++w) M = fmaxf(M, wm[w * rep + r]);
-      float acc = 0, sum = 0;
-      for (uint32_t w = 0; w < slots; ++w) {
-        const float m = wm[w * rep + r];
-        if (m == -INFINITY) continue;  // a warp that attended to nothing
-        const float f = exp2f(m - M);
-        acc += f * (w < W ? wo[(w * rep + r) * hd + e] : bf16_to_f32(vcur16[e]));
-        sum += f * wl[w * rep + r];
-      }
-      part[r * row + e] = reduce ? acc / sum : acc;
-      if (e == 0 && !reduce) part[r * row + hd] = M * 0.6931471805599453f, part[r * row + hd + 1] = sum;
+      float acc = last ? wm[W * rep + r] * bf16_to_f32(vcur16[e]) : 0.0f;
+      for (uint32_t w = 0; w < W; ++w) acc = fmaf(wm[w * rep + r], wo[(w * rep + r) * hd + e], acc);
+      part[r * row + e] = reduce ? acc / head_sum[r] : acc;
+      if (e == 0 && !reduce) part[r * row + hd] = head_max[r] * 0.6931471805599453f, part[r * row + hd + 1] = head_sum[r];
     }
   }
   return tile;
@@ -361,6 +394,7 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
 __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                BlockContext& bc) {
   const uint32_t before = bc.ring.next_tile;
+  if (threadIdx.x == 0) detail::attention_trace = bc.trace;
   bc.ring.next_tile = detail::attention_body(p, ctx, mem, bc.scratch, bc.ring);
   if (bc.ring.next_tile != before) bc.ring.pause();
 }

@@ -92,7 +92,7 @@ static __shared__ MatvecTiles task_tiles;
 
 // During the wait: the task's tile geometry, and the norm weight and this task's rows of each
 // bias asked of L2, read after the wait (see ring.cuh).
-__device__ inline void gpu_prefetch(const schedule::MatvecPayload& p, const TensorTable& mem, uint32_t thread,
+__device__ inline void gpu_prefetch(const schedule::MatvecPayload& p, uint32_t, const TensorTable& mem, uint32_t thread,
                                     uint32_t threads) {
   if (thread == 0) detail::task_tiles = matvec_tiles(p, mem);
   if (p.norm != schedule::kNone) prefetch_lines(mem.at<const uint16_t>(p.norm), uint64_t{p.cols} * 2, thread, threads);

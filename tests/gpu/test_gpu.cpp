@@ -349,45 +349,48 @@ TEST_CASE("argmax on the GPU: a vocabulary not a multiple of four, the largest v
 
 TEST_CASE("whole steps with the weight ring cut to 2 and 3 stages (mkbench --stages) match the emulator") {
   // Every stage is reused many times per instruction, each shared by more warps, the attention's
-  // cache tiles too: the ring's phases and arrival counts at their tightest.
+  // cache tiles too: the ring's phases and arrival counts at their tightest. At position 5 a
+  // split is one tile whose blocks several warps share; at 900 a split streams more tiles than
+  // there are stages, each stage's warps taking every second or third.
   const int sms = device::cuda_device_sm_count();
-  for (const char* example : {"tiny-llama.yaml", "tiny-qwen3.yaml"}) {
-    const planner::Plan plan = plan_example(dsl::parse_file(kRoot + "/examples/" + example), static_cast<uint32_t>(sms));
-    const schedule::Schedule& s = plan.schedule;
-    const uint32_t pos = 5, token = 7;
-    HostState cpu(s, 16, 4242);  // random weights and cache; activations poisoned below
-    for (uint32_t t = 0; t < s.tensors.size(); ++t)
-      if (s.tensors[t].role == schedule::Role::activation || s.tensors[t].role == schedule::Role::io)
-        std::memset(cpu.bytes[t].data(), 0xff, cpu.bytes[t].size());
-    std::vector<float> gpu_logits[2];
-    for (const uint32_t stages : {2u, 3u}) {
-      device::ExecutorOptions eo;
-      eo.max_context = 16;
-      eo.ring_stages = stages;
-      device::CudaExecutor gpu(s, eo);
-      REQUIRE(gpu.ring_stages() == stages);  // the cap took effect (the default holds ten or more)
-      for (uint32_t t = 0; t < s.tensors.size(); ++t) gpu.upload(t, cpu.bytes[t].data(), cpu.bytes[t].size());
-      gpu.step(token, pos);
-      std::vector<float>& logits = gpu_logits[stages - 2];
-      logits.resize(s.tensors[s.logits_tensor].elements());
-      gpu.download(s.logits_tensor, logits.data(), logits.size() * 4);
+  for (const char* example : {"tiny-llama.yaml", "tiny-qwen3.yaml"})
+    for (const uint32_t pos : {5u, 900u}) {
+      const planner::Plan plan = plan_example(dsl::parse_file(kRoot + "/examples/" + example), static_cast<uint32_t>(sms));
+      const schedule::Schedule& s = plan.schedule;
+      const uint32_t token = 7, max_context = 1024;
+      HostState cpu(s, max_context, 4242 + pos);  // random weights and cache; activations poisoned below
+      for (uint32_t t = 0; t < s.tensors.size(); ++t)
+        if (s.tensors[t].role == schedule::Role::activation || s.tensors[t].role == schedule::Role::io)
+          std::memset(cpu.bytes[t].data(), 0xff, cpu.bytes[t].size());
+      std::vector<float> gpu_logits[2];
+      for (const uint32_t stages : {2u, 3u}) {
+        device::ExecutorOptions eo;
+        eo.max_context = max_context;
+        eo.ring_stages = stages;
+        device::CudaExecutor gpu(s, eo);
+        REQUIRE(gpu.ring_stages() == stages);  // the cap took effect (the default holds ten or more)
+        for (uint32_t t = 0; t < s.tensors.size(); ++t) gpu.upload(t, cpu.bytes[t].data(), cpu.bytes[t].size());
+        gpu.step(token, pos);
+        std::vector<float>& logits = gpu_logits[stages - 2];
+        logits.resize(s.tensors[s.logits_tensor].elements());
+        gpu.download(s.logits_tensor, logits.data(), logits.size() * 4);
+      }
+      // The emulator's op bodies in task order (a topological order), on the same inputs.
+      std::vector<schedule::Instruction> order = s.instructions;
+      std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.task < b.task; });
+      const schedule::StepContext ctx = mk::test::step_context(pos, token, max_context, 1);
+      for (const schedule::Instruction& inst : order)
+        device::cpu_execute(inst, ctx, {cpu.ptrs.data(), static_cast<uint32_t>(cpu.ptrs.size())});
+      const float* want = reinterpret_cast<const float*>(cpu.bytes[s.logits_tensor].data());
+      const std::vector<float> expected(want, want + gpu_logits[0].size());
+      for (const std::vector<float>& got : gpu_logits) {
+        INFO(std::string(example) << " at position " << pos);
+        CHECK(std::none_of(got.begin(), got.end(), [](float v) { return std::isnan(v); }));
+        CHECK(test::rel_error(got, expected) < 1e-3);
+      }
+      MESSAGE(std::string(example), " at position ", pos, ": 2 and 3 ring stages, logits within ",
+              test::rel_error(gpu_logits[0], expected), " and ", test::rel_error(gpu_logits[1], expected), " of the emulator");
     }
-    // The emulator's op bodies in task order (a topological order), on the same inputs.
-    std::vector<schedule::Instruction> order = s.instructions;
-    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.task < b.task; });
-    const schedule::StepContext ctx = mk::test::step_context(pos, token, 16, 1);
-    for (const schedule::Instruction& inst : order)
-      device::cpu_execute(inst, ctx, {cpu.ptrs.data(), static_cast<uint32_t>(cpu.ptrs.size())});
-    const float* want = reinterpret_cast<const float*>(cpu.bytes[s.logits_tensor].data());
-    const std::vector<float> expected(want, want + gpu_logits[0].size());
-    for (const std::vector<float>& got : gpu_logits) {
-      INFO(std::string(example));
-      CHECK(std::none_of(got.begin(), got.end(), [](float v) { return std::isnan(v); }));
-      CHECK(test::rel_error(got, expected) < 1e-3);
-    }
-    MESSAGE(std::string(example), ": 2 and 3 ring stages, logits within ", test::rel_error(gpu_logits[0], expected), " and ",
-            test::rel_error(gpu_logits[1], expected), " of the emulator");
-  }
   device::ExecutorOptions one;
   one.ring_stages = 1;
   const planner::Plan plan = plan_example(dsl::parse_file(kRoot + "/examples/tiny-llama.yaml"), static_cast<uint32_t>(sms));
