@@ -1,6 +1,6 @@
 // The cost model: how long each instruction runs on the device, and the step time that follows
 // from the per-SM queues and their waits. Each op's terms are in its schedules/ops/<op>.cpp;
-// the constants were fitted to the H200 traces of 2026-11-30, last at commit bca72d8 (bench/
+// the constants were fitted to the H200 traces of 2026-11-30, last at commit 756481f (bench/
 // NOTES.md, "The cost model"), and mkbench prints the prediction beside what it measures.
 #pragma once
 #include <cstdint>

@@ -40,12 +40,13 @@ std::string check_payload(const AttentionPayload& p, const Schedule& s) {
 
 // Each unit: its q, k and v loaded, normed and roped, the warps' states merged at the end, and
 // between them its share of the cache, which streams through the ring (ahead of the waits).
-// Fitted to the traces of 2026-11-30 (commit bca72d8): 5.8 us per unit at 513 positions (head_dim
-// 64, 8 KB), 17 us at 8193 and 45 us at 32769 (head_dim 128, 0.26 and 1.05 MB): the cache streams
-// at about 0.72 of one SM's share.
+// Fitted to the traces of 2026-11-30 (commit 756481f, each stage's tiles taken by its own warps):
+// 6.1 us per unit at 513 positions (head_dim 64, 8 KB), 14.9 us at 8193 and 36.8 us at 32769
+// (head_dim 128, 0.26 and 1.05 MB): the cache streams at one SM's share, the set-up and merge
+// around it cost ~4 us.
 // Only the step's active splits do any of it (active_kv_splits: one at a short step).
 double cost_us(const AttentionPayload& p, const CostModel& m, const StepContext& step) {
-  constexpr double kUnitUs = 3.3, kStreamShare = 0.72;
+  constexpr double kUnitUs = 3.9, kStreamShare = 1.0;
   if (p.kv_splits == 0) return m.task_us;  // refused by check_payload; no division by it here
   const uint32_t A = active_kv_splits(step, p.kv_splits);
   double us = m.task_us;
