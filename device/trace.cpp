@@ -227,7 +227,7 @@ std::string trace_summary(const schedule::Schedule& s, const std::vector<TraceEv
       run += (e.end - e.ready) / 1e3;
       if (e.mark[0] && e.mark[1]) {
         ++marked;
-        // Signed: a mark may precede the instruction's readiness (work done ahead of its wait).
+        // Signed: a diagnostic build may record a mark out of order (before `ready`).
         phase[0] += static_cast<double>(static_cast<int64_t>(e.mark[0] - e.ready)) / 1e3;
         phase[1] += static_cast<double>(static_cast<int64_t>(e.mark[1] - e.mark[0])) / 1e3;
         phase[2] += static_cast<double>(static_cast<int64_t>(e.end - e.mark[1])) / 1e3;

@@ -109,7 +109,8 @@ __device__ bool counter_wait(const KernelParams& p, const schedule::Instruction&
 
 // The weights an instruction's body reads itself, asked of L2 by the compute threads from
 // warp 2 on while warp 0 waits (warp 1 may still be signalling the previous instruction), and
-// whatever else the op's gpu_prefetch prepares then (the matvec's tile geometry). Out of line,
+// whatever else the op's gpu_prefetch prepares then (the matvec's tile geometry, the attention's
+// RoPE and norm tables). Out of line,
 // like the bodies: its switch would otherwise cost the kernel's loop registers.
 __device__ __noinline__ void prefetch_body_weights(const schedule::Instruction* inst, void* const* tensors, uint32_t pos) {
   const TensorTable mem{tensors};
@@ -309,6 +310,8 @@ struct CudaExecutor::State {
   uint32_t stages = 0;
   cudaStream_t stream = nullptr;
 
+  size_t trace_bytes() const { return std::max<size_t>(1, s->instructions.size()) * kTraceSlots * sizeof(uint64_t); }
+
   void reset_counters() {
     check(cudaMemsetAsync(params.counters, 0, std::max<size_t>(1, s->counter_count) * 4, stream), "counter reset");
     check(cudaMemsetAsync(error, 0, sizeof(ErrorRecord), stream), "error reset");
@@ -466,6 +469,8 @@ void CudaExecutor::launch(uint32_t pos, bool feed) {
                                 schedule::kv_split_policy(*st_->s, st_->opt.kv_splits), st_->history + pos,
                                 feed ? st_->history + pos + 1 : nullptr};
   p.instructions = st_->instructions[schedule::short_step(p.ctx)];
+  if (p.trace)  // an instruction whose body marks nothing this step (no active unit) keeps no old marks
+    check(cudaMemsetAsync(p.trace, 0, st_->trace_bytes(), st_->stream), "trace reset");
   interpreter_kernel<<<st_->s->sm_count, kBlockThreads, st_->shared, st_->stream>>>(p);
   check(cudaGetLastError(), "interpreter launch");
 }
@@ -503,8 +508,8 @@ float CudaExecutor::timed_step(int32_t token, uint32_t pos) {
 
 void CudaExecutor::enable_trace(bool on) {
   if (on && !st_->params.trace) {
-    check(cudaMalloc(&st_->params.trace, std::max<size_t>(1, st_->s->instructions.size()) * kTraceSlots * sizeof(uint64_t)), "trace");
-    check(cudaMemset(st_->params.trace, 0, std::max<size_t>(1, st_->s->instructions.size()) * kTraceSlots * sizeof(uint64_t)), "trace");
+    check(cudaMalloc(&st_->params.trace, st_->trace_bytes()), "trace");
+    check(cudaMemset(st_->params.trace, 0, st_->trace_bytes()), "trace");
   } else if (!on && st_->params.trace) {
     cudaFree(st_->params.trace);
     st_->params.trace = nullptr;

@@ -143,9 +143,10 @@ __device__ NoTiles gpu_tiles(const Payload&, const schedule::StepContext&, const
 // depend on the step either: while warp 0 waits for the instruction's counters, the other
 // compute warps ask L2 for them (gpu_prefetch(payload, pos, mem, thread, threads) with `threads`
 // threads taking part), so that the body's loads after the wait find them there instead of
-// going to memory. The same hook may prepare what the body needs from the payload alone into
-// shared memory of the op's own (the matvec's tile geometry); the block barrier that ends the
-// wait orders it before the body. Ops that need none of this get this one.
+// going to memory. The same hook may prepare what the body needs from the payload and the
+// step's position alone into shared memory of the op's own (the matvec's tile geometry, the
+// attention's RoPE cos/sin and its norm weights in f32); the block barrier that ends the wait
+// orders it before the body. Ops that need none of this get this one.
 template <class Payload>
 __device__ void gpu_prefetch(const Payload&, uint32_t, const TensorTable&, uint32_t, uint32_t) {}
 

@@ -224,8 +224,8 @@ static __shared__ uint64_t* attention_trace;
 // to 60 bytes and every matvec slowed). Returns the ring's tile counter after its tiles.
 //
 // Per active unit (a kv group's split): q's heads, k and v loaded, normed and roped, a warp each; then
-// the split's tiles, each taken whole by the warp that owns its ring stage (as the matvec's are),
-// its 16-position blocks in turn, each warp keeping its own softmax state; then the warps' states
+// the split's tiles, each taken by the warps that own its ring stage (as the matvec's are), which
+// deal its 16-position blocks, each warp keeping its own softmax state; then the warps' states
 // merged in shared memory with the current position (last active split only), and the partial
 // written (at a short step with reduce_out, the normalised output instead).
 __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload& p, schedule::StepContext ctx,
@@ -327,7 +327,7 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
     WarpAttention wa;
     constexpr uint32_t NT = WarpAttention::NT;
     wa.reset();
-    if (n > 0) {
+    if (n > 0) {  // n <= count <= kWarps (the executor gives each stage a compute warp at least): share >= 1
       const uint32_t o = warp % n, h = warp / n, share = kWarps / n;
       if (h < share) {
         const uint32_t releases = kWarps / share + (h < kWarps % share), stage = (tile + o) % count;
