@@ -113,6 +113,19 @@ TEST_CASE("trace: Chrome JSON, SVG and summary describe every instruction") {
   CHECK(mk::device::trace_summary(s, events, opt) != rated);
 }
 
+// A mark recorded before the instruction's `ready` (a diagnostic build stamping when the producer
+// issued a tile) is a negative phase, not one wrapped to 2^64 ns.
+TEST_CASE("trace: a mark before ready gives a negative phase") {
+  const auto plan = tiny_plan(4);
+  const mk::schedule::Schedule& s = plan.schedule;
+  auto events = made_up_events(s);
+  for (auto& e : events)
+    if (e.mark[0]) e.mark[0] = e.ready - 500;
+  const std::string summary = mk::device::trace_summary(s, events);
+  CAPTURE(summary);
+  CHECK(summary.find("-0.5 us to phase 1, 2 us to phase 2, 0.5 us to the signal") != std::string::npos);
+}
+
 // The chain section measures each op as a whole: with every task of the k-th op (program order)
 // running from 10k + 1 to 10k + 5 us, each op spans 4 us and starts 6 us after the one before.
 TEST_CASE("trace: the summary's chain gives each op's hop and span") {
