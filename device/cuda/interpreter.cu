@@ -110,8 +110,8 @@ __device__ bool counter_wait(const KernelParams& p, const schedule::Instruction&
 // The weights an instruction's body reads itself, asked of L2 by the compute threads from
 // warp 2 on while warp 0 waits (warp 1 may still be signalling the previous instruction), and
 // whatever else the op's gpu_prefetch prepares then (the matvec's tile geometry, the attention's
-// RoPE and norm tables). Out of line,
-// like the bodies: its switch would otherwise cost the kernel's loop registers.
+// RoPE and norm tables). Out of line, like the bodies: its switch would otherwise cost the
+// kernel's loop registers.
 __device__ __noinline__ void prefetch_body_weights(const schedule::Instruction* inst, void* const* tensors, uint32_t pos) {
   const TensorTable mem{tensors};
   const uint32_t thread = threadIdx.x - 64, threads = kThreads - 64;

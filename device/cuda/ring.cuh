@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 
+#include "device/cuda/block.cuh"
 #include "device/memory.hpp"
 #include "schedules/format.hpp"
 
@@ -42,6 +43,10 @@ struct WeightRing {
   // (Qwen3-4B's gate/up input 3.0 -> 2.0 us; bench/NOTES.md entries 9 and 42), and resumes after
   // the block_sync that ends the load.
   volatile uint32_t* quiet;
+
+  // A stage's kWarps arrivals per tile, shared out among the `share` warps that consume it:
+  // what warp h of them arrives with (matvec, attention).
+  __device__ static uint32_t releases(uint32_t share, uint32_t h) { return kWarps / share + (h < kWarps % share); }
 
   __device__ void pause() const {
     if (threadIdx.x == 0) *quiet = 1;
@@ -89,15 +94,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   }
 }
 
-// What an op body gets besides its payload: scratch shared memory and the weight ring.
-struct BlockContext {
-  unsigned char* scratch;
-  WeightRing& ring;
-  uint64_t* trace;  // this instruction's trace record, or nullptr
-
-  __device__ void mark(uint32_t k) const;
-};
-
 // Records in an instruction's trace record (when tracing: not null) the time its op body
 // reaches phase k (0 or 1) of its own; by thread 0.
 __device__ __forceinline__ void trace_mark(uint64_t* trace, uint32_t k) {
@@ -107,7 +103,15 @@ __device__ __forceinline__ void trace_mark(uint64_t* trace, uint32_t k) {
     trace[3 + k] = t;
   }
 }
-__device__ inline void BlockContext::mark(uint32_t k) const { trace_mark(trace, k); }
+
+// What an op body gets besides its payload: scratch shared memory and the weight ring.
+struct BlockContext {
+  unsigned char* scratch;
+  WeightRing& ring;
+  uint64_t* trace;  // this instruction's trace record, or nullptr
+
+  __device__ void mark(uint32_t k) const { trace_mark(trace, k); }
+};
 
 // An L2 policy for data read once per step (weights, the KV cache): evicted first, so that the
 // stream does not push out of L2 what is read again soon (activations, counters, the queues,

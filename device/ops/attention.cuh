@@ -330,7 +330,7 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
     if (n > 0) {  // n <= count <= kWarps (the executor gives each stage a compute warp at least): share >= 1
       const uint32_t o = warp % n, h = warp / n, share = kWarps / n;
       if (h < share) {
-        const uint32_t releases = kWarps / share + (h < kWarps % share), stage = (tile + o) % count;
+        const uint32_t releases = WeightRing::releases(share, h), stage = (tile + o) % count;
         const uint32_t k = smem_addr(ring.stages + stage * kStageBytes), v = k + kStageBytes / 2;
         uint32_t parity = ((tile + o) / count) & 1;
         for (uint32_t j = o; j < tiles; j += n, parity ^= 1) {

@@ -233,7 +233,7 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
   const uint32_t tiles = all.count(), count = ring.count, h = warp / count;
   if (h < ring.share) {
     const uint32_t stage = warp % count;
-    const uint32_t releases = kWarps / ring.share + (h < kWarps % ring.share);  // the stage's kWarps arrivals, shared out
+    const uint32_t releases = WeightRing::releases(ring.share, h);
     uint32_t j = (stage + count - ring.next_tile % count) % count;  // my first tile
     uint32_t parity = ((ring.next_tile + j) / count) & 1;
     for (; j < tiles; j += count, parity ^= 1) {

@@ -46,14 +46,14 @@ std::string check_payload(const AttentionPayload& p, const Schedule& s) {
 // around it cost ~4 us.
 // Only the step's active splits do any of it (active_kv_splits: one at a short step).
 double cost_us(const AttentionPayload& p, const CostModel& m, const StepContext& step) {
-  constexpr double kUnitUs = 3.9, kStreamShare = 1.0;
+  constexpr double kUnitUs = 3.9;
   if (p.kv_splits == 0) return m.task_us;  // refused by check_payload; no division by it here
   const uint32_t A = active_kv_splits(step, p.kv_splits);
   double us = m.task_us;
   for (uint32_t u = p.unit_begin; u < p.unit_end; ++u) {
     if (u % p.kv_splits >= A) continue;
     const AttentionSplit sp = attention_split(u % p.kv_splits, A, step.pos);
-    us += kUnitUs + double(sp.end - sp.begin) * p.head_dim * 4 / (kStreamShare * m.stream_bytes_per_us);
+    us += kUnitUs + double(sp.end - sp.begin) * p.head_dim * 4 / m.stream_bytes_per_us;
   }
   return us;
 }
