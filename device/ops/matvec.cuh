@@ -15,8 +15,10 @@ inline uint32_t gpu_shared_bytes(const schedule::MatvecPayload& p) {
 }
 
 // The task's weights as ring tiles, in order: each weight segment's rows, whole rows per tile
-// where three rows fit a stage (one bulk copy per tile), else groups of four rows cut into
-// near-equal column blocks of at most 2048 columns (a bulk copy per row piece). A segment is
+// where two rows fit a stage (one bulk copy per tile: Llama-3.1-8B's rows of 4096 stream at the
+// SM's share as two whole rows, at 93 % as four pieces of 4 KB, bench/NOTES.md 59), else groups
+// of four rows cut into near-equal column blocks of at most 2048 columns (a bulk copy per row
+// piece). A segment is
 // (weight, its first row, rows, accumulator row); accumulator rows are output row - row_begin,
 // plus `rows` for silu_mul's up projection. Tiles are addressed by index so that a warp can go
 // straight to its own (a generator walked by every warp cost a division and spills per tile),
@@ -57,7 +59,7 @@ __device__ inline MatvecTiles matvec_tiles(const schedule::MatvecPayload& p, con
   MatvecTiles t;
   t.cols = p.cols;
   constexpr uint32_t kMaxBlock = kStageBytes / 8;  // columns of a cut row's block: four rows per tile
-  const uint32_t cut = p.cols * 2 * 3 <= kStageBytes ? 1 : (p.cols + kMaxBlock - 1) / kMaxBlock;
+  const uint32_t cut = p.cols * 2 * 2 <= kStageBytes ? 1 : (p.cols + kMaxBlock - 1) / kMaxBlock;
   t.block = (p.cols / cut + 7) / 8 * 8;  // near-equal blocks, whole 16-byte chunks
   t.blocks = (p.cols + t.block - 1) / t.block;
   t.per = kStageBytes / (t.block * 2);
