@@ -18,12 +18,11 @@ inline uint32_t gpu_shared_bytes(const schedule::MatvecPayload& p) {
 // where two rows fit a stage (one bulk copy per tile: Llama-3.1-8B's rows of 4096 stream at the
 // SM's share as two whole rows, at 93 % as four pieces of 4 KB, bench/NOTES.md 59), else groups
 // of four rows cut into near-equal column blocks of at most 2048 columns (a bulk copy per row
-// piece). A segment is
-// (weight, its first row, rows, accumulator row); accumulator rows are output row - row_begin,
-// plus `rows` for silu_mul's up projection. Tiles are addressed by index so that a warp can go
-// straight to its own (a generator walked by every warp cost a division and spills per tile),
-// from a description built once per instruction (rebuilt per tile, its loads slowed the
-// producer).
+// piece). A segment is (weight, its first row, rows, accumulator row); accumulator rows are
+// output row - row_begin, plus `rows` for silu_mul's up projection. Tiles are addressed by index
+// so that a warp can go straight to its own (a generator walked by every warp cost a division
+// and spills per tile), from a description built once per instruction (rebuilt per tile, its
+// loads slowed the producer).
 // Segments sit at the index of their weight (silu_mul: gate 0, up 1), empty ones with no
 // tiles, and are only ever indexed by constants: a run-time index would put them in local memory.
 struct MatvecTiles {
