@@ -220,17 +220,18 @@ std::string trace_summary(const schedule::Schedule& s, const std::vector<TraceEv
     uint32_t n = 0, marked = 0;
     double wait = 0, run = 0, phase[3] = {0, 0, 0};  // with marks: ready..mark0, mark0..mark1, mark1..end
     double bytes = 0;                                 // streamed from memory (schedules/cost.hpp)
+    // From a to b in µs, signed: a diagnostic build may record a mark out of order (before `ready`).
+    static double us(uint64_t a, uint64_t b) { return static_cast<double>(static_cast<int64_t>(b - a)) / 1e3; }
     void add(const TraceEvent& e, double streamed) {
       ++n;
       bytes += streamed;
-      wait += (e.ready - e.start) / 1e3;
-      run += (e.end - e.ready) / 1e3;
+      wait += us(e.start, e.ready);
+      run += us(e.ready, e.end);
       if (e.mark[0] && e.mark[1]) {
         ++marked;
-        // Signed: a diagnostic build may record a mark out of order (before `ready`).
-        phase[0] += static_cast<double>(static_cast<int64_t>(e.mark[0] - e.ready)) / 1e3;
-        phase[1] += static_cast<double>(static_cast<int64_t>(e.mark[1] - e.mark[0])) / 1e3;
-        phase[2] += static_cast<double>(static_cast<int64_t>(e.end - e.mark[1])) / 1e3;
+        phase[0] += us(e.ready, e.mark[0]);
+        phase[1] += us(e.mark[0], e.mark[1]);
+        phase[2] += us(e.mark[1], e.end);
       }
     }
   };

@@ -7,7 +7,8 @@
 # lists "model context" pairs (default: the benchmark's four rows); TESTS=0 skips the tests;
 # TRACE=1 also writes each candidate's trace summary per spec (TRACE_BASE=0: the base's too).
 # A BIN may end in :ARGS, extra mkbench arguments for that build (the same binaries under
-# another setting, without its tests: "out/exp/c1:--stages 8"). Prints one line per build and spec, also to $LOG/gpu_ab.log.
+# another setting, without its tests: "out/exp/c1:--stages 8"). Prints one line per build and
+# spec, also to $LOG/gpu_ab.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: $0 BASE_BIN CAND_BIN [CAND_BIN ...]" >&2; exit 2; }

@@ -16,16 +16,18 @@ inline constexpr uint32_t kThreads = kWarps * 32;           // compute threads
 
 __device__ __forceinline__ void block_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory"); }
 
-__device__ __forceinline__ float warp_sum(float v) {
+// v combined over the warp by f (every lane gets the result).
+template <class F>
+__device__ __forceinline__ float warp_reduce(float v, F f) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-
+__device__ __forceinline__ float warp_sum(float v) {
+  return warp_reduce(v, [](float a, float b) { return a + b; });
+}
 __device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
+  return warp_reduce(v, [](float a, float b) { return fmaxf(a, b); });
 }
 
 // Sum over the compute threads; every one gets the result. `scratch` holds kWarps floats.

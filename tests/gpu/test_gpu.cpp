@@ -281,7 +281,8 @@ std::string describe(const TinyConfig& c) {
   std::ostringstream o;
   o << family << ", " << c.heads << " heads over " << c.kv_heads << " (ratio " << c.heads / c.kv_heads << "), head_dim "
     << (c.head_dim ? c.head_dim : c.hidden / c.heads) << (c.head_dim ? "" : " from hidden / heads")
-    << (family == "qwen3" ? ", q/k norm" : family == "qwen2" ? ", q/k/v biases" : "") << ", vocab " << c.vocab;
+    << (family == "qwen3" ? ", q/k norm" : family == "qwen2" ? ", q/k/v biases" : "") << ", hidden " << c.hidden
+    << ", intermediate " << c.inter << ", vocab " << c.vocab;
   return o.str();
 }
 
@@ -299,6 +300,8 @@ TEST_CASE("models from config.json on the GPU (GQA ratios 1, 2, 3, 4, 5, 6 and 8
       {"LlamaForCausalLM", 512, 512, 16, 2, 96, 1, 320, 1e-5, 10000, true},
       {"MistralForCausalLM", 256, 384, 4, 2, 112, 1, 320, 1e-5, 1e6, false},
       {"Qwen3ForCausalLM", 128, 256, 4, 4, 16, 2, 320, 1e-6, 1e6, true},
+      // Rows of 4096 columns (down's): tiles of two whole rows, one bulk copy each (matvec.cuh).
+      {"LlamaForCausalLM", 512, 4096, 8, 2, 64, 1, 320, 1e-5, 500000, false},
   };
   for (const TinyConfig& config : configs) {
     const std::string what = describe(config), json = config_json(config);
