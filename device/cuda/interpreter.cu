@@ -177,7 +177,10 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring) {
   uint32_t stage = 0, parity = 1;  // tile k: stage k % count; its stage was freed in phase k / count - 1
   bool first_round = true;
   const uint64_t policy = evict_first_policy();  // every tile is read once per step
-  auto aborted = [&] { return *static_cast<volatile uint32_t*>(&p.error->code) != 0; };
+  // The abort flag is read on every 64th failed poll only, as in counter_wait: each read is a
+  // round trip to L2, behind this SM's copies in flight.
+  uint32_t polls = 0;
+  auto aborted = [&] { return ++polls % 64 == 0 && *static_cast<volatile uint32_t*>(&p.error->code) != 0; };
   auto stream = [&](const auto& tiles) {
     const uint32_t n = tiles.count();
     for (uint32_t j = 0; j < n; ++j) {
