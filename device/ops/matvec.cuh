@@ -15,11 +15,13 @@ inline uint32_t gpu_shared_bytes(const schedule::MatvecPayload& p) {
 }
 
 // The task's weights as ring tiles, in order: each weight segment's rows, whole rows per tile
-// where two rows fit a stage (one bulk copy per tile: Llama-3.1-8B's rows of 4096 stream at the
-// SM's share as two whole rows, at 93 % as four pieces of 4 KB, bench/NOTES.md 59), else groups
-// of four rows cut into near-equal column blocks of at most 2048 columns (a bulk copy per row
-// piece). A segment is (weight, its first row, rows, accumulator row); accumulator rows are
-// output row - row_begin, plus `rows` for silu_mul's up projection. Tiles are addressed by index
+// where two rows fit a stage (Llama-3.1-8B's rows of 4096 stream at the SM's share as two whole
+// rows, at 93 % as four pieces of 4 KB, bench/NOTES.md 59), else groups of four rows cut into
+// near-equal column blocks of at most 2048 columns. Either way a bulk copy per row (piece): the
+// SM's own loads and signals queue behind its copies in flight, and shorter copies let them
+// through sooner (one 16 KB copy per tile instead: Llama-3.1-8B +50 us, Qwen3-4B +27, entry 64).
+// A segment is (weight, its first row, rows, accumulator row); accumulator rows are output row -
+// row_begin, plus `rows` for silu_mul's up projection. Tiles are addressed by index
 // so that a warp can go straight to its own (a generator walked by every warp cost a division
 // and spills per tile), from a description built once per instruction (rebuilt per tile, its
 // loads slowed the producer).
@@ -47,7 +49,7 @@ struct MatvecTiles {
     }
     const uint32_t g = blocks == 1 ? j : j / blocks, r = g * per, rows = min(per, s.rows - r);
     const uint16_t* src = s.weight + uint64_t{r} * cols;
-    if (blocks == 1) return WeightTile{src, rows * cols * 2, s.acc_row + r, rows, 0, cols};
+    if (blocks == 1) return WeightTile{src, cols * 2, s.acc_row + r, rows, 0, cols, nullptr, 0, rows, cols};  // a copy per row
     const uint32_t c = (j - g * blocks) * block, n = min(block, cols - c);
     return WeightTile{src + c, n * 2, s.acc_row + r, rows, c, n, nullptr, 0, rows, cols};
   }
