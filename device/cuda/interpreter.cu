@@ -64,6 +64,11 @@ __device__ __forceinline__ uint32_t load_counter(const uint32_t* p) {
   return v;
 }
 
+// Waiters (a counter's poll, the producer's wait for a stage or the end of a pause) read the
+// abort flag on every kAbortCheck-th failed poll only: each read is a round trip to L2, behind
+// this SM's copies in flight, between seeing what they wait for and acting on it.
+inline constexpr uint32_t kAbortCheck = 64;
+
 __device__ __forceinline__ uint64_t global_timer() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -84,9 +89,7 @@ __device__ bool counter_wait(const KernelParams& p, const schedule::Instruction&
     const uint64_t start = global_timer();
     uint32_t value;
     for (uint32_t spin = 1; (value = load_counter(p.counters + w.counter)) < target; ++spin) {
-      // The abort flag and the clock are checked every 64th poll only: each check is another
-      // round trip between seeing the counter move and starting the work.
-      if (spin % 64) {
+      if (spin % kAbortCheck) {  // the abort flag and the clock only on every kAbortCheck-th poll
         __nanosleep(32);
         continue;
       }
@@ -177,10 +180,8 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring) {
   uint32_t stage = 0, parity = 1;  // tile k: stage k % count; its stage was freed in phase k / count - 1
   bool first_round = true;
   const uint64_t policy = evict_first_policy();  // every tile is read once per step
-  // The abort flag is read on every 64th failed poll only, as in counter_wait: each read is a
-  // round trip to L2, behind this SM's copies in flight.
   uint32_t polls = 0;
-  auto aborted = [&] { return ++polls % 64 == 0 && *static_cast<volatile uint32_t*>(&p.error->code) != 0; };
+  auto aborted = [&] { return ++polls % kAbortCheck == 0 && *static_cast<volatile uint32_t*>(&p.error->code) != 0; };
   auto stream = [&](const auto& tiles) {
     const uint32_t n = tiles.count();
     for (uint32_t j = 0; j < n; ++j) {
