@@ -186,7 +186,7 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring) {
     const uint32_t n = tiles.count();
     for (uint32_t j = 0; j < n; ++j) {
       const WeightTile t = tiles.at(j);
-      while (*ring.quiet)
+      while (ring.paused())
         if (aborted()) return false;
       if (!first_round)
         while (!mbar_try_wait(ring.empty + stage, parity))
@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
     if (threadIdx.x == 32) {
       counter_signal(p, p.instructions[i]);
       if (p.trace) p.trace[kTraceSlots * i + 2] = global_timer();
-      *static_cast<volatile uint32_t*>(&quiet) = 0;
+      ring.resume(32);
     }
   }
 }

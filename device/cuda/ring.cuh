@@ -42,18 +42,26 @@ struct WeightRing {
   // a matvec also pauses while it loads its input, which would otherwise queue behind them
   // (Qwen3-4B's gate/up input 3.0 -> 2.0 us; bench/NOTES.md entries 9 and 42), and resumes after
   // the block_sync that ends the load.
-  volatile uint32_t* quiet;
+  // The compute threads write it with shared-memory atomics (pause and resume by thread 0, the
+  // clear after the signal by thread 32; the block's barriers order those); the producer warp
+  // reads it with a volatile load, outside every barrier. It is a hint: a stale read lets one
+  // copy out or holds one back a moment. Plain writes against that read were a race to
+  // compute-sanitizer's racecheck (77 hazards at 452fa23); atomic writes are not. An atomic read
+  // as well costs the stream: the producer spinning on it slowed the compute warps' own shared
+  // atomics (Llama-3.2-1B +25 us, bench/NOTES.md entry 65).
+  uint32_t* quiet;
 
   // A stage's kWarps arrivals per tile, shared out among the `share` warps that consume it:
   // what warp h of them arrives with (matvec, attention).
   __device__ static uint32_t releases(uint32_t share, uint32_t h) { return kWarps / share + (h < kWarps % share); }
 
   __device__ void pause() const {
-    if (threadIdx.x == 0) *quiet = 1;
+    if (threadIdx.x == 0) atomicExch(quiet, 1u);
   }
-  __device__ void resume() const {
-    if (threadIdx.x == 0) *quiet = 0;
+  __device__ void resume(uint32_t thread = 0) const {
+    if (threadIdx.x == thread) atomicExch(quiet, 0u);
   }
+  __device__ bool paused() const { return *static_cast<volatile uint32_t*>(quiet) != 0; }
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
