@@ -15,7 +15,9 @@ bool Emulator::ready(const schedule::Instruction& inst, uint32_t generation) con
   return true;
 }
 
-void Emulator::run_step(const schedule::StepContext& ctx, const TensorTable& mem, Order order, uint64_t seed) {
+void Emulator::run_step(const schedule::StepContext& step, const TensorTable& mem, Order order, uint64_t seed) {
+  schedule::StepContext ctx = step;
+  ctx.counters = counters_.data();  // for the ops that combine their tasks by ticket
   const uint32_t sms = s_.sm_count;
   std::vector<uint32_t> head(sms);
   for (uint32_t sm = 0; sm < sms; ++sm) head[sm] = s_.sm_offsets[sm];

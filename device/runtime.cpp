@@ -62,7 +62,8 @@ class EmulatorBackend : public Backend {
         generation_ = 0;
       }
       const schedule::StepContext ctx{pos, opt_.max_context, ++generation_, 1, kv_split_policy(s_, opt_.kv_splits),
-                                      history_.data() + pos, pos + 1 >= fed_from ? history_.data() + pos + 1 : nullptr};
+                                      history_.data() + pos, pos + 1 >= fed_from ? history_.data() + pos + 1 : nullptr,
+                                      nullptr};  // the emulator's own counters
       emulator_.run_step(ctx, {pointers_.data(), static_cast<uint32_t>(pointers_.size())}, opt_.order, opt_.seed + pos);
     }
   }

@@ -307,9 +307,16 @@ std::string hf_model_yaml(const HfConfig& c, const std::string& name) {
   y << "        - {op: matvec, in: \"h{layer}\", norm: \"mlp_norm{layer}\", weight: [\"wg{layer}\", \"wu{layer}\"], act: silu_mul,\n"
        "           out: \"act{layer}\"}\n";
   y << "        - {op: matvec, in: \"act{layer}\", weight: \"wd{layer}\", residual: \"h{layer}\", out: \"x{layer+1}\"}\n";
+  // The LM head signals its logits in chunks, and the argmax takes each chunk as it completes, a
+  // task per chunk: the most chunks, at most 96, that cut the logits into whole 16-byte pieces
+  // (96 on Llama's 128256, 32 on Qwen's 151936); a task then reads a few KB, one round trip.
+  int64_t chunks = 1;
+  for (int64_t d = 96; d > 1 && chunks == 1; --d)
+    if (c.vocab % (4 * d) == 0) chunks = d;
+  const std::string split = chunks > 1 ? ", split: " + std::to_string(chunks) : "";
   y << "  - {op: matvec, in: \"x{layers}\", norm: final_norm, weight: " << (c.tie_embeddings ? "embed" : "lm_head")
-    << ", out: logits}\n";
-  y << "  - {op: argmax, in: logits, out: next_token}\n";
+    << ", out: logits" << (chunks > 1 ? ", chunks: " + std::to_string(chunks) : "") << "}\n";
+  y << "  - {op: argmax, in: logits, out: next_token" << split << "}\n";
   return y.str();
 }
 

@@ -79,6 +79,11 @@ struct OpDef {
   // cannot), and the planner moves the task's signals into the taker's short signal list.
   uint32_t (*short_taker_unit)(const schedule::Instruction& task) = nullptr;
   bool (*take_over)(schedule::Instruction& taker, schedule::Instruction& task) = nullptr;
+  // Optional: an op whose tasks combine their results by ticket (schedules/format.hpp,
+  // last_ticket). Split in more than one task, it gets a workspace of workspace(split) i32
+  // elements (the tensor '<its output>.parts') and a counter of its own, which lower() finds in
+  // OpInfo::workspace and OpInfo::ticket.
+  uint64_t (*workspace)(uint32_t split) = nullptr;
 };
 
 const OpDef& op_def(schedule::Opcode);

@@ -89,6 +89,11 @@ void derive_counters(Plan& p, const Index& ix) {
     first_counter.push_back(static_cast<uint32_t>(p.counters.size()));
     for (uint32_t c = 0; c < op.chunks; ++c) p.counters.push_back({static_cast<uint32_t>(first_counter.size() - 1), c, 0});
   }
+  for (uint32_t o = 0; o < p.program.ops.size(); ++o)  // tickets: no list waits on or signals them
+    if (const OpInfo& op = p.program.ops[o]; op.ticket != schedule::kNone) {
+      if (op.ticket != p.counters.size()) throw std::logic_error("ticket counters out of order");
+      p.counters.push_back({o, op.chunks, op.split});
+    }
   auto chunk_size = [&](uint32_t op) { return p.program.tensors[p.program.ops[op].out].elements() / p.program.ops[op].chunks; };
   std::vector<std::vector<uint32_t>> signalers(p.counters.size());
   for (uint32_t t = 0; t < p.tasks.size(); ++t) {

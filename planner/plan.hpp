@@ -40,7 +40,7 @@ double task_bytes(const Task&);
 
 struct Counter {
   uint32_t op = 0, chunk = 0;
-  uint32_t target = 0;  // tasks that signal it
+  uint32_t target = 0;  // tasks that signal it (a ticket, chunk == the op's chunks: tasks that take it)
 };
 
 struct PlanStats {

@@ -368,6 +368,7 @@ Program analyze(const dsl::ModelGraph& model, uint32_t sm_count) {
     const uint64_t out_elems = p.tensors[op.out].elements();
     double auto_split = std::min<double>(op.units, p.sm_count), auto_chunks = 1;
     if (op.opcode == schedule::Opcode::embed) auto_split = std::min(auto_split, 16.0);
+    if (op.opcode == schedule::Opcode::argmax) auto_split = std::min(auto_split, std::ceil(op.units / 256.0));  // 1024 logits a task at least
     if (op.opcode == schedule::Opcode::attention) auto_chunks = p.tensors[op.out].shape.front();
     if (auto it = qkv_head_dim.find(p.tensors[op.out].name); it != qkv_head_dim.end() && out_elems % it->second == 0)
       auto_chunks = static_cast<double>(out_elems / it->second);
@@ -389,8 +390,28 @@ Program analyze(const dsl::ModelGraph& model, uint32_t sm_count) {
       check.fail("split", "the model has more than " + std::to_string(limits::kMaxTasks) + " tasks in all");
     if ((counters += op.chunks) > limits::kMaxCounters)
       check.fail("chunks", "the model has more than " + std::to_string(limits::kMaxCounters) + " chunks (counters) in all");
+    if (def.workspace && op.split > 1) {
+      TensorInfo w;
+      w.name = p.tensors[op.out].name + ".parts";
+      if (p.find(w.name) != schedule::kNone)
+        check.fail("split", "the split op's workspace is the tensor '" + w.name + "'; the model already has one of that name");
+      w.dtype = schedule::DType::i32;
+      w.shape = {static_cast<uint32_t>(def.workspace(op.split))};
+      w.layer = op.layer;
+      w.loc = op.decl->loc;
+      op.workspace = static_cast<uint32_t>(p.tensors.size());
+      p.tensor_ids.emplace(w.name, op.workspace);
+      p.tensors.push_back(std::move(w));
+    }
     p.ops.push_back(std::move(op));
   }
+  // Ticket counters after every chunk counter (plan.cpp's derive_counters numbers them alike).
+  for (OpInfo& op : p.ops)
+    if (op.workspace != schedule::kNone) {
+      if (counters >= limits::kMaxCounters)
+        throw dsl::Error(op.decl->loc, "the model has more than " + std::to_string(limits::kMaxCounters) + " counters in all");
+      op.ticket = static_cast<uint32_t>(counters++);
+    }
 
   // A weight no op reads is a mistake in the model (a bias declared and never applied reads
   // as a correct model and gives wrong logits).

@@ -34,6 +34,9 @@ struct OpInfo {
   uint32_t out = schedule::kNone;
   uint32_t split = 1, chunks = 1;
   uint32_t units = 1;  // indivisible work items; split is at most this (and at most limits::kMaxUnits)
+  // An op combining its tasks by ticket (OpDef::workspace), split in several: its workspace
+  // tensor and its ticket counter, numbered after every op's chunk counters.
+  uint32_t workspace = schedule::kNone, ticket = schedule::kNone;
 };
 
 struct Program {

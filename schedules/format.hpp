@@ -18,7 +18,7 @@
 namespace mk::schedule {
 
 inline constexpr char kMagic[8] = {'M', 'K', 'S', 'C', 'H', 'E', 'D', '\0'};
-inline constexpr uint32_t kFormatVersion = 3;  // 2: matvec biases; 3: short steps
+inline constexpr uint32_t kFormatVersion = 4;  // 2: matvec biases; 3: short steps; 4: argmax split, tickets
 inline constexpr uint32_t kNone = 0xffffffffu;  // "no tensor" in a payload field
 inline constexpr uint32_t kMaxRank = 4;
 inline constexpr uint32_t kPayloadBytes = 96;
@@ -118,7 +118,18 @@ struct StepContext {
   KvSplitPolicy kv_splits;
   const int32_t* tokens;    // [batch] the token ids decoded at this step
   int32_t* next_tokens;     // [batch] where the step's greedy tokens also go (the next step's input), or null
+  uint32_t* counters;       // [counter_count] the executing side's counters: an op whose tasks combine
+                            // by ticket (last_ticket) counts on its own counter there
 };
+
+// An op whose tasks combine their results: each task, once its part is written, adds one to the
+// op's ticket counter (no task waits on it or lists it among its signals); the task that brings
+// it to `tasks` per step so far, the last of this step, combines. Counters are zeroed together
+// and every step adds exactly `tasks`, so the comparison holds in 32-bit arithmetic even when
+// tasks * generation wraps.
+MK_HD inline bool last_ticket(uint32_t before, uint32_t tasks, uint32_t generation) {
+  return before + 1 == tasks * generation;
+}
 
 // A step whose every attention has one active KV split: the one that also does attn_reduce's work.
 MK_HD inline bool short_step(const StepContext& c) { return c.kv_splits.short_positions != 0 && c.pos <= c.kv_splits.short_positions; }

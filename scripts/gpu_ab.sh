@@ -3,7 +3,8 @@
 # every build for each spec, interleaved so that all see the same clocks. Usage:
 #   scripts/gpu_ab.sh BASE_BIN CAND_BIN [CAND_BIN ...]
 # Each BIN holds mkplan and mkbench (and, for a candidate, mk_gpu_tests); build them here with
-# scripts/gpu_build.sh and copy each aside. Logs go to $LOG (default $OUT, else out/ab). SPECS
+# scripts/gpu_build.sh and copy each aside. A BIN with an examples/ folder plans from its YAML
+# files (a base whose planner predates a change to the examples). Logs go to $LOG (default $OUT, else out/ab). SPECS
 # lists "model context" pairs (default: the benchmark's four rows); TESTS=0 skips the tests;
 # TRACE=1 also writes each candidate's trace summary per spec (TRACE_BASE=0: the base's too).
 # A BIN may end in :ARGS, extra mkbench arguments for that build (the same binaries under
@@ -34,7 +35,8 @@ for spec in "${specs[@]}"; do
   set -- $spec
   for ((v = 0; v < ${#bins[@]}; ++v)); do
     bin=${bins[v]}
-    [ -f "/tmp/mk-ab/$v/$1.bin" ] || "$bin/mkplan" "examples/$1.yaml" -o "/tmp/mk-ab/$v/$1.bin" --sms 132 -q
+    ex=examples; [ -d "$bin/examples" ] && ex=$bin/examples  # a build may bring the examples it was made for
+    [ -f "/tmp/mk-ab/$v/$1.bin" ] || "$bin/mkplan" "$ex/$1.yaml" -o "/tmp/mk-ab/$v/$1.bin" --sms 132 -q
     echo "$v $1 @$2: $(timeout 90 "$bin/mkbench" "/tmp/mk-ab/$v/$1.bin" --context "$2" --reps 30 ${args[v]} 2>&1 |
       grep -E "step \(|without|back to back" | tr -s ' ' | tr '\n' ' ')"
   done

@@ -118,7 +118,10 @@ TEST_CASE("hf import: the generated YAML reads back to the same plan, and config
   std::string yaml;
   const mk::dsl::ModelGraph from_folder = mk::dsl::import_hf_model(dir.path / "Qwen3-4B", &yaml);
   CHECK(from_folder.name == "Qwen3-4B");
-  CHECK(yaml.find("split:") == std::string::npos);  // left to the planner
+  // Splits are left to the planner, except the argmax's: a task per chunk of the LM head's logits.
+  CHECK(yaml.find("split:") == yaml.rfind("split:"));
+  CHECK(yaml.find("out: logits, chunks: 32}") != std::string::npos);
+  CHECK(yaml.find("{op: argmax, in: logits, out: next_token, split: 32}") != std::string::npos);
   const mk::dsl::ModelGraph from_file = mk::dsl::import_hf_model(dir.path / "Qwen3-4B" / "config.json");
   const mk::dsl::ModelGraph reread = mk::dsl::parse_string(yaml, "emitted.yaml");
   const auto bytes = [](const mk::dsl::ModelGraph& m) { return mk::schedule::serialize(plan_of(m, 40).schedule); };
@@ -368,7 +371,7 @@ TEST_CASE("planner: split, chunks and kv_splits left out are chosen from the SM 
     CHECK(op_named(p, "part").chunks == 2u);                                // per kv head
     CHECK(op_named(p, "attn").split == std::min(8u, sms));                  // attn_reduce: a head per task
     CHECK(op_named(p, "h").chunks == 1u);
-    CHECK(op_named(p, "tok").split == 1u);
+    CHECK(op_named(p, "tok").split == 1u);                                 // argmax: 1024 logits a task at least
   }
   // Written values win.
   const mk::planner::Plan p =

@@ -138,6 +138,7 @@ TEST_CASE("model errors: the base model is valid and plans") {
     options.sm_count = sms;
     const mk::planner::Plan p = mk::planner::plan(model, options);
     // embed 4 + qkv 8 + attention 2 + reduce 2 + o 4 + gate/up 4 + down 4 + head 4 + argmax 1
+    // (its 96 logits are 24 units, but a task takes 1024 logits at least)
     CHECK(p.tasks.size() == 33);
     CHECK(p.schedule.instructions.size() == 33);
   }
@@ -274,6 +275,16 @@ TEST_CASE("model errors: two argmax ops") {
   std::vector<std::string> lines = kBase;
   lines.push_back("  - {op: argmax, in: logits, out: second_token}");
   check_planner_error(lines, 46, 5, {"one argmax op; this is the second"});
+}
+
+TEST_CASE("model errors: a split argmax's workspace name already taken") {
+  std::vector<std::string> lines = kBase;
+  lines[17] += "\n  next_token.parts: {shape: [8], dtype: i32}";  // line 19, and the ops one line lower
+  lines.back() = "  - {op: argmax, in: logits, out: next_token, split: 4}";  // at its split
+  check_planner_error(lines, 46, 54, {"'next_token.parts'", "already has one of that name"});
+  // Split in one task, the argmax needs no workspace: the name is free.
+  lines.back() = "  - {op: argmax, in: logits, out: next_token, split: 1}";
+  CHECK_NOTHROW(mk::planner::plan(mk::dsl::parse_string(join(lines), "bad.yaml")));
 }
 
 TEST_CASE("model errors: act other than silu_mul or none") {

@@ -120,7 +120,14 @@ void check_plan(const Plan& p, uint32_t sms, Policy policy) {
     for (uint32_t c : s.signals_of(inst)) ++signal_count[c];
   for (uint32_t c = 0; c < s.counter_count; ++c) {
     INFO("counter ", c);
-    CHECK(p.counters[c].target == signal_count[c]);
+    const mk::planner::OpInfo& op = p.program.ops[p.counters[c].op];
+    if (c == op.ticket) {  // an op's ticket: its tasks take it in their bodies; no list names it
+      CHECK(p.counters[c].chunk == op.chunks);
+      CHECK(p.counters[c].target == op.split);
+      CHECK(signal_count[c] == 0);
+    } else {
+      CHECK(p.counters[c].target == signal_count[c]);
+    }
     CHECK(p.counters[c].target > 0);
   }
   // Every wait's target is its counter's target.
@@ -270,15 +277,81 @@ TEST_CASE("planner: tiny models, several SM counts, both policies") {
 
 TEST_CASE("planner: tiny-llama task and counter counts") {
   const Plan p = make_plan("tiny-llama", 8);
-  // embed 4 + 3 layers x (12 + 4 + 4 + 6 + 8 + 8) + LM head 8 + argmax 1
-  CHECK(p.tasks.size() == 4 + 3 * 42 + 8 + 1);
-  // one counter per chunk: embed 1, per layer 3 + 2 + 1 + 1 + 1 + 4, LM head 1, argmax 1
-  CHECK(p.counters.size() == 1 + 3 * 12 + 1 + 1);
+  // embed 4 + 3 layers x (12 + 4 + 4 + 6 + 8 + 8) + LM head 8 + argmax 4
+  CHECK(p.tasks.size() == 4 + 3 * 42 + 8 + 4);
+  // one counter per chunk: embed 1, per layer 3 + 2 + 1 + 1 + 1 + 4, LM head 4, argmax 1; then
+  // the argmax's ticket
+  CHECK(p.counters.size() == 1 + 3 * 12 + 4 + 1 + 1);
   CHECK(p.program.ops.size() == 1 + 3 * 6 + 2);
-  // The LM head (8 tasks, one chunk) is what the argmax waits for.
-  const auto& argmax = p.tasks.back();
-  REQUIRE(argmax.waits.size() == 1);
-  CHECK(argmax.waits[0].target == 8);
+  // Argmax task k waits for the LM head's chunk k (128 logits: two of its 8 tasks) alone.
+  for (uint32_t k = 0; k < 4; ++k) {
+    const auto& argmax = p.tasks[p.tasks.size() - 4 + k];
+    REQUIRE(argmax.waits.size() == 1);
+    CHECK(argmax.waits[0].counter == p.program.ops.back().ticket - 5 + k);
+    CHECK(argmax.waits[0].target == 2);
+  }
+}
+
+TEST_CASE("planner: an argmax split in tasks gets a workspace and a ticket; each task waits for its chunk of the logits only") {
+  const Plan p = make_plan("llama-3.2-1b", 132);
+  const mk::planner::OpInfo& head = p.program.ops[p.program.ops.size() - 2];
+  const mk::planner::OpInfo& op = p.program.ops.back();
+  REQUIRE(op.opcode == mk::schedule::Opcode::argmax);
+  REQUIRE(op.split == 96);
+  REQUIRE(head.chunks == 96);
+  // The workspace: a (value, index) pair per task.
+  REQUIRE(op.workspace != mk::schedule::kNone);
+  const mk::schedule::Tensor& parts = p.schedule.tensors[op.workspace];
+  CHECK(parts.name == "next_token.parts");
+  CHECK(parts.dtype == mk::schedule::DType::i32);
+  CHECK(parts.role == mk::schedule::Role::activation);
+  CHECK(parts.elements() == 2 * 96);
+  // The ticket: the last counter, of target 96, in no list.
+  CHECK(op.ticket == p.schedule.counter_count - 1);
+  CHECK(p.counters[op.ticket].target == 96);
+  CHECK(std::count(p.schedule.signals.begin(), p.schedule.signals.end(), op.ticket) == 0);
+  for (const mk::schedule::Wait& w : p.schedule.waits) CHECK(w.counter != op.ticket);
+  // The tasks cover the logits in order, in ranges of 1336 (the chunks), each waiting for its own.
+  uint32_t next = 0;
+  for (uint32_t k = 0; k < 96; ++k) {
+    const mk::planner::Task& t = p.tasks[p.tasks.size() - 96 + k];
+    const auto pl = mk::schedule::payload_as<mk::schedule::ArgmaxPayload>(t.spec.inst);
+    CAPTURE(k);
+    CHECK(pl.task == k);
+    CHECK(pl.tasks == 96);
+    CHECK(pl.begin == next);
+    CHECK(pl.end == next + 1336);
+    CHECK(pl.parts == op.workspace);
+    CHECK(pl.ticket == op.ticket);
+    REQUIRE(t.waits.size() == 1);
+    CHECK(t.waits[0].counter == op.ticket - 1 - 96 + k);  // the head's chunk k (before the argmax's own counter)
+    CHECK(p.counters[t.waits[0].counter].op == p.program.ops.size() - 2);
+    CHECK(p.counters[t.waits[0].counter].chunk == k);
+    next = pl.end;
+  }
+  CHECK(next == 128256);
+  // One task (tiny-llama's argmax with its split left out: 512 logits are one task's): neither.
+  std::ifstream in(MK_SOURCE_DIR "/examples/tiny-llama.yaml");
+  std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string split = "out: next_token, split: 4}";
+  REQUIRE(yaml.find(split) != std::string::npos);
+  yaml.replace(yaml.find(split), split.size(), "out: next_token}");
+  const mk::dsl::ModelGraph model = mk::dsl::parse_string(yaml, "one.yaml");
+  PlanOptions o;
+  o.sm_count = 8;
+  const Plan one = mk::planner::plan(model, o);
+  CHECK(one.program.ops.back().split == 1);
+  CHECK(one.program.ops.back().workspace == mk::schedule::kNone);
+  CHECK(one.program.ops.back().ticket == mk::schedule::kNone);
+  CHECK(one.counters.size() == make_plan("tiny-llama", 8).counters.size() - 1);
+  const auto pl = mk::schedule::payload_as<mk::schedule::ArgmaxPayload>(one.tasks.back().spec.inst);
+  CHECK(pl.tasks == 1);
+  CHECK(pl.task == 0);
+  CHECK(pl.begin == 0);
+  CHECK(pl.end == 512);
+  CHECK(pl.parts == mk::schedule::kNone);
+  CHECK(pl.ticket == mk::schedule::kNone);
+  CHECK(one.schedule.tensors.size() == make_plan("tiny-llama", 8).schedule.tensors.size() - 1);
 }
 
 TEST_CASE("planner: transitive wait reduction") {
@@ -527,12 +600,12 @@ TEST_CASE("verifier: short steps are proven apart (a taker's short list short of
 }
 
 TEST_CASE("verifier: a consumer before its producer on one SM is a deadlock") {
-  const Plan p = make_plan("tiny-llama", 1);
+  const Plan p = make_plan("tiny-qwen3", 1);
   Schedule s = p.schedule;
   const uint32_t n = static_cast<uint32_t>(s.instructions.size());
-  // On one SM the queue is the task order; the last two are the LM head's last task and the argmax
-  // that waits for the LM head's counter. Swap them, adjusting nothing else.
-  const uint32_t producer = n - 2, consumer = n - 1;
+  // On one SM the queue is the task order: the LM head's last task, then the argmax's first, which
+  // waits for the LM head's one counter. Swap them, adjusting nothing else.
+  const uint32_t consumer = n - p.program.ops.back().split, producer = consumer - 1;
   REQUIRE(s.instructions[producer].task == producer);
   REQUIRE(s.instructions[consumer].task == consumer);
   REQUIRE(s.instructions[consumer].wait_count == 1);
@@ -543,8 +616,8 @@ TEST_CASE("verifier: a consumer before its producer on one SM is a deadlock") {
   const std::string why = refusal(s, p.edges, p.short_edges);
   INFO(why);
   CHECK(contains(why, "deadlock: a cycle of 2 instructions"));
-  CHECK(contains(why, "task " + std::to_string(consumer) + " (op 'next_token', SM 0 instruction " + std::to_string(n - 2) + ")"));
-  CHECK(contains(why, "task " + std::to_string(producer) + " (op 'logits', SM 0 instruction " + std::to_string(n - 1) + ")"));
+  CHECK(contains(why, "task " + std::to_string(consumer) + " (op 'next_token', SM 0 instruction " + std::to_string(producer) + ")"));
+  CHECK(contains(why, "task " + std::to_string(producer) + " (op 'logits', SM 0 instruction " + std::to_string(consumer) + ")"));
   CHECK(contains(why, "runs after"));
   CHECK(contains(why, "waits for counter " + std::to_string(counter)));
   CHECK(contains(why, "signals"));
@@ -718,11 +791,11 @@ TEST_CASE("planner: --dot-expand draws every layer, labels break lines with DOT'
   CHECK(contains(dot, "cluster_layer2"));
   CHECK_FALSE(contains(dot, "cluster_layer3"));
   CHECK(count(dot, "\n    op") == p.program.ops.size());
-  CHECK(contains(dot, "op20 [label=\"next_token\\nargmax × 1 task\""));
+  CHECK(contains(dot, "op20 [label=\"next_token\\nargmax × 4 tasks\""));
   CHECK(contains(dot, "[label=\"x0\\nembed × 4 tasks\""));
   CHECK_FALSE(contains(dot, "\\\\n"));
-  // The argmax waits for the LM head's one counter of target 8.
-  CHECK(contains(dot, "op19 -> op20 [label=\"in: 1 chunk, target 8\", style=solid"));
+  // The argmax waits for the LM head's four chunks, each of target 2.
+  CHECK(contains(dot, "op19 -> op20 [label=\"in: 4 chunks, target 2\", style=solid"));
   CHECK(count(dot, "shape=cylinder") == 6);
   CHECK(renders(dot, "expand"));
 }
@@ -733,8 +806,8 @@ TEST_CASE("planner: task-level DOT, whole and filtered by layers and ops") {
   o.level = mk::planner::DotLevel::task;
   const std::string all = dot_of(p, o);
   CHECK(count(all, "\n    t") == p.tasks.size());
-  CHECK(contains(all, "t" + std::to_string(p.tasks.size() - 1) + " [label=\"next_token[0]\\nSM "));
-  CHECK(count(all, " [shape=ellipse") == p.counters.size());
+  CHECK(contains(all, "t" + std::to_string(p.tasks.size() - 1) + " [label=\"next_token[3]\\nSM "));  // the argmax's 4th task
+  CHECK(count(all, " [shape=ellipse") == p.counters.size() - 1);  // not the argmax's ticket, which no list names
   CHECK(count(all, "class=\"wait\"") == p.schedule.waits.size());
   size_t signals = 0;  // the regular lists (the short steps' lists are not drawn)
   for (const auto& inst : p.schedule.instructions) signals += inst.signal_count;

@@ -444,6 +444,54 @@ TEST_CASE("schedule validator: payload tensor ids and regions") {
     set_payload(s.instructions[i], p);
     CHECK(contains(validator_refusal(s), "argmax: in: tensor logits has"));
   }
+  SUBCASE("argmax range past its input, or empty") {
+    Schedule s = good;
+    const uint32_t i = first_of(s, Opcode::argmax);
+    auto p = payload<mk::schedule::ArgmaxPayload>(s.instructions[i]);
+    SUBCASE("past") { p.end = p.count + 1; }
+    SUBCASE("empty") { p.end = p.begin; }
+    set_payload(s.instructions[i], p);
+    CHECK(contains(validator_refusal(s), where(s, i) + "argmax: range [begin, end) is empty or past count"));
+  }
+  SUBCASE("argmax ticket that a task signals, or waits on, or past the counters") {
+    Schedule s = good;
+    const uint32_t i = first_of(s, Opcode::argmax);
+    auto p = payload<mk::schedule::ArgmaxPayload>(s.instructions[i]);
+    REQUIRE(p.tasks > 1);  // tiny-llama's argmax is split in four
+    std::string why;
+    SUBCASE("signalled") {
+      s.signals[0] = p.ticket;
+      why = "argmax: ticket is a counter that tasks signal";
+    }
+    SUBCASE("waited on") {
+      s.waits[0].counter = p.ticket;
+      why = "argmax: ticket is a counter that tasks wait on";
+    }
+    SUBCASE("past the counters") {
+      p.ticket = s.counter_count;
+      set_payload(s.instructions[i], p);
+      why = "argmax: ticket names a counter past counter_count";
+    }
+    CHECK(contains(validator_refusal(s), where(s, i) + why));
+  }
+  SUBCASE("argmax parts too small for its tasks, or missing") {
+    Schedule s = good;
+    const uint32_t i = first_of(s, Opcode::argmax);
+    auto p = payload<mk::schedule::ArgmaxPayload>(s.instructions[i]);
+    SUBCASE("too small") { p.tasks += 1; }
+    SUBCASE("missing") { p.parts = mk::schedule::kNone; }
+    set_payload(s.instructions[i], p);
+    CHECK(contains(validator_refusal(s), where(s, i) + "argmax: parts:"));
+  }
+  SUBCASE("argmax with one task that has a ticket") {
+    Schedule s = good;
+    const uint32_t i = first_of(s, Opcode::argmax);
+    auto p = payload<mk::schedule::ArgmaxPayload>(s.instructions[i]);
+    p.tasks = 1;
+    p.task = 0;
+    set_payload(s.instructions[i], p);
+    CHECK(contains(validator_refusal(s), where(s, i) + "argmax: one task has no parts and no ticket"));
+  }
   SUBCASE("embed whose table is an activation") {
     Schedule s = good;
     const uint32_t i = first_of(s, Opcode::embed);

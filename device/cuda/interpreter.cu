@@ -471,7 +471,7 @@ void CudaExecutor::launch(uint32_t pos, bool feed) {
   KernelParams p = st_->params;
   p.ctx = schedule::StepContext{pos, st_->opt.max_context, ++st_->generation, 1,
                                 schedule::kv_split_policy(*st_->s, st_->opt.kv_splits), st_->history + pos,
-                                feed ? st_->history + pos + 1 : nullptr};
+                                feed ? st_->history + pos + 1 : nullptr, p.counters};
   p.instructions = st_->instructions[schedule::short_step(p.ctx)];
   if (p.trace)  // an instruction whose body marks nothing this step (no active unit) keeps no old marks
     check(cudaMemsetAsync(p.trace, 0, st_->trace_bytes(), st_->stream), "trace reset");

@@ -4,12 +4,18 @@
 namespace mk::schedule {
 
 // out[0] = the index of the largest in[i]: the lowest index on ties; NaN never wins; 0 when
-// no value is above -inf.
+// no value is above -inf. A task takes in[begin, end); with several tasks, each writes its best
+// (value bits, index) to parts[2 task], and the last to take its ticket (last_ticket) picks the
+// best of all the parts, by the same rule, and writes out.
 struct ArgmaxPayload {
   static constexpr const char* kColour = "#e15759";  // red: this op in the DOT graph and the trace
   uint32_t in;  // f32 [count]
   uint32_t out; // i32 [1]
   uint32_t count;
+  uint32_t begin, end;  // this task's range of in
+  uint32_t parts;       // i32 [2 tasks], or kNone with one task
+  uint32_t ticket;      // the op's ticket counter, or kNone with one task
+  uint32_t tasks, task; // the op's tasks, and this one's index among them
 };
 
 }  // namespace mk::schedule

@@ -69,7 +69,7 @@ schedule::Schedule single_op(const schedule::Schedule& s, uint32_t op, uint32_t 
   out.instructions.clear();
   out.waits.clear();
   out.signals.clear();
-  out.counter_count = 1;
+  // The counters stay (an argmax split in several counts on its ticket); no list names one.
   std::vector<schedule::Instruction> mine;
   for (const schedule::Instruction& inst : s.instructions)
     if (inst.op == op) mine.push_back(inst);
@@ -105,7 +105,8 @@ void compare_ops(const char* example, uint32_t pos, uint32_t max_context) {
     device::CudaExecutor gpu(s, eo);
     for (uint32_t t = 0; t < s.tensors.size(); ++t) gpu.upload(t, cpu.bytes[t].data(), cpu.bytes[t].size());
     gpu.step(token, pos);
-    const schedule::StepContext ctx = mk::test::step_context(pos, token, max_context, 1, s.kv_splits);
+    std::vector<uint32_t> counters(s.counter_count, 0);
+    const schedule::StepContext ctx = mk::test::step_context(pos, token, max_context, 1, s.kv_splits, counters.data());
     for (const schedule::Instruction& inst : s.instructions)
       device::cpu_execute(inst, ctx, {cpu.ptrs.data(), static_cast<uint32_t>(cpu.ptrs.size())});
     for (uint32_t t = 0; t < s.tensors.size(); ++t) {
@@ -322,31 +323,44 @@ TEST_CASE("argmax on the GPU: a vocabulary not a multiple of four, the largest v
   const int sms = device::cuda_device_sm_count();
   TempDir dir("argmax");
   std::ofstream(dir.path / "config.json") << config_json({"LlamaForCausalLM", 64, 128, 2, 1, 32, 1, 333, 1e-5, 10000, true});
-  const planner::Plan plan = plan_example(dsl::import_hf_model(dir.path), static_cast<uint32_t>(sms));
-  uint32_t op = 0;
-  while (op < plan.schedule.ops.size() && plan.schedule.ops[op].opcode != schedule::Opcode::argmax) ++op;
-  REQUIRE(op < plan.schedule.ops.size());
-  const schedule::Schedule s = single_op(plan.schedule, op, static_cast<uint32_t>(sms));
-  const auto& pl = schedule::payload_as<schedule::ArgmaxPayload>(s.instructions.at(0));
-  REQUIRE(pl.count == 333);  // 83 float4 and a tail of one
-  device::ExecutorOptions eo;
-  eo.max_context = 8;
-  eo.exact_sm_count = false;
-  device::CudaExecutor gpu(s, eo);
-  // The planted maximum: in the tail, in the last float4, in the first, in the middle.
-  for (const uint32_t planted : {332u, 331u, 328u, 0u, 3u, 201u}) {
-    CAPTURE(planted);
-    HostState cpu(s, eo.max_context, 900 + planted);
-    float* logits = reinterpret_cast<float*>(cpu.bytes[pl.in].data());
-    logits[planted] = 100;
-    for (uint32_t i = planted + 1; i < pl.count; i += 97) logits[i] = 100;  // ties: the lowest index wins
-    if (planted != 332) logits[332] = std::nanf("");                       // NaN never wins
-    std::memset(cpu.bytes[pl.out].data(), 0xff, cpu.bytes[pl.out].size());  // -1 unless written
-    for (uint32_t t = 0; t < s.tensors.size(); ++t) gpu.upload(t, cpu.bytes[t].data(), cpu.bytes[t].size());
-    gpu.step(1, 0);
-    int32_t token = -1;
-    gpu.download(pl.out, &token, sizeof token);
-    CHECK(token == static_cast<int32_t>(planted));
+  std::string yaml;
+  dsl::import_hf_model(dir.path, &yaml);
+  const std::string one = "{op: argmax, in: logits, out: next_token}";
+  REQUIRE(yaml.find(one) != std::string::npos);
+  // One task, then seven combining by ticket (ranges of 48 logits, the last of 45), over two steps.
+  for (const uint32_t split : {1u, 7u}) {
+    CAPTURE(split);
+    if (split > 1) yaml.replace(yaml.find(one), one.size(), "{op: argmax, in: logits, out: next_token, split: 7}");
+    const dsl::ModelGraph model = dsl::parse_string(yaml, "argmax.yaml");
+    const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
+    uint32_t op = 0;
+    while (op < plan.schedule.ops.size() && plan.schedule.ops[op].opcode != schedule::Opcode::argmax) ++op;
+    REQUIRE(op < plan.schedule.ops.size());
+    const schedule::Schedule s = single_op(plan.schedule, op, static_cast<uint32_t>(sms));
+    REQUIRE(s.instructions.size() == split);
+    const auto& pl = schedule::payload_as<schedule::ArgmaxPayload>(s.instructions.at(0));
+    REQUIRE(pl.count == 333);  // 83 float4 and a tail of one
+    REQUIRE(pl.tasks == split);
+    device::ExecutorOptions eo;
+    eo.max_context = 8;
+    eo.exact_sm_count = false;
+    device::CudaExecutor gpu(s, eo);
+    // The planted maximum: in the tail, in the last float4, in the first, in the middle; each a
+    // step of its own (the ticket's count goes on from step to step).
+    for (const uint32_t planted : {332u, 331u, 328u, 0u, 3u, 201u}) {
+      CAPTURE(planted);
+      HostState cpu(s, eo.max_context, 900 + planted);
+      float* logits = reinterpret_cast<float*>(cpu.bytes[pl.in].data());
+      logits[planted] = 100;
+      for (uint32_t i = planted + 1; i < pl.count; i += 97) logits[i] = 100;  // ties: the lowest index wins
+      if (planted != 332) logits[332] = std::nanf("");                       // NaN never wins
+      std::memset(cpu.bytes[pl.out].data(), 0xff, cpu.bytes[pl.out].size());  // -1 unless written
+      for (uint32_t t = 0; t < s.tensors.size(); ++t) gpu.upload(t, cpu.bytes[t].data(), cpu.bytes[t].size());
+      gpu.step(1, 0);
+      int32_t token = -1;
+      gpu.download(pl.out, &token, sizeof token);
+      CHECK(token == static_cast<int32_t>(planted));
+    }
   }
 }
 
@@ -382,7 +396,8 @@ TEST_CASE("whole steps with the weight ring cut to 2 and 3 stages (mkbench --sta
       // The emulator's op bodies in task order (a topological order), on the same inputs.
       std::vector<schedule::Instruction> order = s.instructions;
       std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.task < b.task; });
-      const schedule::StepContext ctx = mk::test::step_context(pos, token, max_context, 1);
+      std::vector<uint32_t> counters(s.counter_count, 0);  // the argmax's ticket
+      const schedule::StepContext ctx = mk::test::step_context(pos, token, max_context, 1, {0, 0}, counters.data());
       for (const schedule::Instruction& inst : order)
         device::cpu_execute(inst, ctx, {cpu.ptrs.data(), static_cast<uint32_t>(cpu.ptrs.size())});
       const float* want = reinterpret_cast<const float*>(cpu.bytes[s.logits_tensor].data());

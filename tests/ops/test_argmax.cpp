@@ -2,8 +2,10 @@
 // 0 when no value is above -inf.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "tests/step_context.hpp"
@@ -23,6 +25,9 @@ int32_t run_argmax(const std::vector<float>& values) {
   p.in = mem.add_f32(values);
   p.out = mem.add_i32({kI32Poison});
   p.count = static_cast<uint32_t>(values.size());
+  p.end = p.count;
+  p.tasks = 1;
+  p.parts = p.ticket = mk::schedule::kNone;
   mk::device::cpu_run(p, mk::test::step_context(0, 0, 1, 1), mem.table());
   CHECK(mem.guards_intact());
   auto in_now = mem.f32(p.in);
@@ -44,7 +49,77 @@ int32_t reference_argmax(const std::vector<float>& v) {
   return best;
 }
 
+// Runs argmax over `values` as `tasks` tasks (ranges of whole four-logit units, as the planner
+// cuts them), in the order `rng` draws, for `generation` steps counted on the same counters so
+// far; the values are redrawn per step by `fill`. Checks that the token stays unwritten until
+// the last task has taken its ticket, and returns it.
+template <class Fill>
+int32_t run_split_argmax(std::vector<float> values, uint32_t tasks, uint32_t generations, std::mt19937& rng, Fill fill) {
+  Memory mem;
+  ArgmaxPayload p{};
+  p.in = mem.add_f32(values);
+  p.out = mem.add_i32({kI32Poison});
+  p.parts = mem.add_i32(std::vector<int32_t>(2 * tasks, kI32Poison));
+  p.count = static_cast<uint32_t>(values.size());
+  p.tasks = tasks;
+  p.ticket = 1;
+  std::vector<uint32_t> counters{77, 0, 99};  // the ticket between two counters it must not touch
+  const uint32_t units = (p.count + 3) / 4;
+  REQUIRE(tasks <= units);
+  int32_t token = 0;
+  for (uint32_t g = 1; g <= generations; ++g) {
+    fill(mem.f32(p.in));
+    mem.i32(p.out)[0] = kI32Poison;
+    std::vector<uint32_t> order(tasks);
+    for (uint32_t t = 0; t < tasks; ++t) order[t] = t;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (uint32_t k = 0; k < tasks; ++k) {
+      CHECK(mem.i32(p.out)[0] == kI32Poison);  // no token before the last task
+      p.task = order[k];
+      p.begin = 4 * (p.task * units / tasks);
+      p.end = std::min(p.count, 4 * ((p.task + 1) * units / tasks));
+      mk::device::cpu_run(p, mk::test::step_context(0, 0, 1, g, {0, 0}, counters.data()), mem.table());
+    }
+    CHECK(counters == std::vector<uint32_t>{77, tasks * g, 99});
+    token = mem.i32(p.out)[0];
+    std::vector<float> now(mem.f32(p.in).begin(), mem.f32(p.in).end());
+    CHECK(token == reference_argmax(now));
+  }
+  CHECK(mem.guards_intact());
+  return token;
+}
+
 }  // namespace
+
+TEST_CASE("op argmax: split in tasks that combine by ticket, in any order, over several steps") {
+  std::mt19937 rng(5505);
+  for (size_t n : {7, 333, 1000, 151936}) {
+    for (uint32_t tasks : {2u, 3u, 5u, 32u}) {
+      if (tasks > (n + 3) / 4) continue;
+      CAPTURE(n);
+      CAPTURE(tasks);
+      run_split_argmax(std::vector<float>(n), tasks, 3, rng, [&](std::span<float> v) {
+        const std::vector<float> r = randn(v.size(), rng);
+        std::copy(r.begin(), r.end(), v.begin());
+      });
+    }
+  }
+  // Ties across tasks: the lowest index wins, whichever task finishes last; NaN and -inf never.
+  for (uint32_t rep = 0; rep < 8; ++rep) {
+    CAPTURE(rep);
+    const int32_t token = run_split_argmax(std::vector<float>(1000), 5, 2, rng, [&](std::span<float> v) {
+      for (size_t i = 0; i < v.size(); ++i) v[i] = float(i % 7) - 10;
+      v[612] = v[999] = v[401] = 3;  // tasks 3, 4 and 2 hold the maximum
+      v[400] = v[0] = kNaN;
+      v[1] = INFINITY * -1;
+    });
+    CHECK(token == 401);
+  }
+  // Nothing above -inf anywhere: 0, as with one task.
+  CHECK(run_split_argmax(std::vector<float>(64), 4, 2, rng, [](std::span<float> v) {
+          for (size_t i = 0; i < v.size(); ++i) v[i] = i % 3 ? -INFINITY : kNaN;
+        }) == 0);
+}
 
 TEST_CASE("op argmax: random vectors") {
   std::mt19937 rng(5501);

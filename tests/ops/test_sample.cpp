@@ -50,6 +50,9 @@ int32_t run_argmax(const std::vector<float>& values) {
   p.in = mem.add_f32(values);
   p.out = mem.add_i32({kI32Poison});
   p.count = static_cast<uint32_t>(values.size());
+  p.end = p.count;
+  p.tasks = 1;
+  p.parts = p.ticket = mk::schedule::kNone;
   mk::device::cpu_run(p, mk::test::step_context(0, 0, 1, 1), mem.table());
   return mem.i32(p.out)[0];
 }
