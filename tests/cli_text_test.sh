@@ -196,7 +196,8 @@ check_text_errors() {
 
 check_sampling() {
   begin
-  sed 's/{op: argmax, in: logits, out: next_token}/{op: sample, in: logits, out: next_token}/' "$ROOT/examples/tiny-llama.yaml" >sample.yaml
+  sed 's/{op: argmax, in: logits, out: next_token[^}]*}/{op: sample, in: logits, out: next_token}/' "$ROOT/examples/tiny-llama.yaml" >sample.yaml
+  expect "sample.yaml has the sample op in place of the argmax" grep -q 'op: sample' sample.yaml
   "$MKPLAN" "$ROOT/examples/tiny-llama.yaml" -o argmax.bin --sms 4 -q >/dev/null 2>&1
   "$MKPLAN" sample.yaml -o sample.bin --sms 4 -q >/dev/null 2>&1
   "$BUILD/mkweights" argmax.bin -o wr --seed 3 >/dev/null 2>&1

@@ -20,16 +20,15 @@ using namespace mk;
 
 const std::string kSampleRoot = std::getenv("MK_SOURCE_DIR") ? std::getenv("MK_SOURCE_DIR") : MK_SOURCE_DIR;
 
-// An example model with its argmax op replaced by a sample op.
+// An example model with its argmax op (split or not) replaced by a sample op.
 dsl::ModelGraph sampling_model(const std::string& example) {
   std::ifstream f(kSampleRoot + "/examples/" + example);
   std::stringstream s;
   s << f.rdbuf();
   std::string yaml = s.str();
-  const std::string from = "{op: argmax, in: logits, out: next_token}";
-  const size_t at = yaml.find(from);
+  const size_t at = yaml.find("{op: argmax, in: logits, out: next_token");
   REQUIRE(at != std::string::npos);
-  yaml.replace(at, from.size(), "{op: sample, in: logits, out: next_token}");
+  yaml.replace(at, yaml.find('}', at) + 1 - at, "{op: sample, in: logits, out: next_token}");
   return dsl::parse_string(yaml, example);
 }
 
