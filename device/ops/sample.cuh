@@ -52,7 +52,7 @@ __device__ inline void gpu_run(const schedule::SamplePayload& p, const schedule:
     m = detail::sample_max(m, scratch);
   }
   if (!(p.temperature > 0) || p.top_k == 1 || m == -INFINITY || m == INFINITY) {
-    schedule::ArgmaxPayload a{p.in, p.out, p.count};
+    const schedule::ArgmaxPayload a = schedule::ArgmaxPayload::whole(p.in, p.out, p.count);
     block_sync();  // sample_max's readers of the scratch are done before argmax writes it
     gpu_run(a, ctx, mem, bc);
     return;

@@ -16,6 +16,11 @@ struct ArgmaxPayload {
   uint32_t parts;       // i32 [2 tasks], or kNone with one task
   uint32_t ticket;      // the op's ticket counter, or kNone with one task
   uint32_t tasks, task; // the op's tasks, and this one's index among them
+
+  // All of in[0, count) in one task: no parts, no ticket.
+  MK_HD static ArgmaxPayload whole(uint32_t in, uint32_t out, uint32_t count) {
+    return {in, out, count, 0, count, kNone, kNone, 1, 0};
+  }
 };
 
 }  // namespace mk::schedule

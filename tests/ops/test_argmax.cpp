@@ -21,13 +21,8 @@ namespace {
 // Runs argmax over `values`; checks that exactly out[0] was written and nothing else.
 int32_t run_argmax(const std::vector<float>& values) {
   Memory mem;
-  ArgmaxPayload p{};
-  p.in = mem.add_f32(values);
-  p.out = mem.add_i32({kI32Poison});
-  p.count = static_cast<uint32_t>(values.size());
-  p.end = p.count;
-  p.tasks = 1;
-  p.parts = p.ticket = mk::schedule::kNone;
+  const uint32_t in = mem.add_f32(values);
+  const ArgmaxPayload p = ArgmaxPayload::whole(in, mem.add_i32({kI32Poison}), static_cast<uint32_t>(values.size()));
   mk::device::cpu_run(p, mk::test::step_context(0, 0, 1, 1), mem.table());
   CHECK(mem.guards_intact());
   auto in_now = mem.f32(p.in);
