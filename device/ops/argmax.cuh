@@ -7,11 +7,7 @@
 namespace mk::device {
 
 namespace detail {
-// (value, index) order: larger value first, then lower index; NaN and -inf never win (nothing
-// above -inf gives token 0).
-__device__ __forceinline__ bool argmax_better(float v, uint32_t i, float bv, uint32_t bi) {
-  return v > bv || (v == bv && v > -INFINITY && i < bi);
-}
+using schedule::argmax_better;  // also the sample op's
 
 // The best (value, index) of every compute thread's, by argmax_better; thread 0 gets it.
 // `scratch` holds kWarps values and kWarps indices.

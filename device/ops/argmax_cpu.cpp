@@ -7,8 +7,7 @@
 namespace mk::device {
 
 namespace {
-// (value, index) order: larger value first, then lower index; NaN and -inf never win.
-bool better(float v, uint32_t i, float bv, uint32_t bi) { return v > bv || (v == bv && v > -INFINITY && i < bi); }
+using schedule::argmax_better;
 
 void write_token(const schedule::ArgmaxPayload& p, const schedule::StepContext& ctx, const TensorTable& mem, uint32_t best) {
   const int32_t token = best == 0xffffffffu ? 0 : static_cast<int32_t>(best);
@@ -22,7 +21,7 @@ void cpu_run(const schedule::ArgmaxPayload& p, const schedule::StepContext& ctx,
   uint32_t best = 0xffffffffu;  // none yet: all NaN or -inf gives 0
   float best_value = -INFINITY;
   for (uint32_t i = p.begin; i < p.end; ++i)
-    if (better(in[i], i, best_value, best)) best_value = in[i], best = i;
+    if (argmax_better(in[i], i, best_value, best)) best_value = in[i], best = i;
   if (p.tasks == 1) return write_token(p, ctx, mem, best);
   if (!ctx.counters) throw std::logic_error("an argmax split in tasks needs the executing side's counters (StepContext::counters)");
   int32_t* parts = mem.at<int32_t>(p.parts);
@@ -33,7 +32,7 @@ void cpu_run(const schedule::ArgmaxPayload& p, const schedule::StepContext& ctx,
     float v;
     std::memcpy(&v, parts + 2 * t, 4);
     const uint32_t i = static_cast<uint32_t>(parts[2 * t + 1]);
-    if (better(v, i, best_value, best)) best_value = v, best = i;
+    if (argmax_better(v, i, best_value, best)) best_value = v, best = i;
   }
   write_token(p, ctx, mem, best);
 }

@@ -1,4 +1,6 @@
 #pragma once
+#include <cmath>
+
 #include "schedules/format.hpp"
 
 namespace mk::schedule {
@@ -22,5 +24,11 @@ struct ArgmaxPayload {
     return {in, out, count, 0, count, kNone, kNone, 1, 0};
   }
 };
+
+// The order both bodies pick by, (value, index): larger value first, then lower index; NaN and
+// -inf never win (nothing above -inf gives token 0).
+MK_HD inline bool argmax_better(float v, uint32_t i, float best, uint32_t best_index) {
+  return v > best || (v == best && v > -INFINITY && i < best_index);
+}
 
 }  // namespace mk::schedule
