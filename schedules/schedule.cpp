@@ -159,7 +159,10 @@ Schedule deserialize(std::span<const uint8_t> bytes, const std::string& source) 
   if (h.version > kFormatVersion)
     fail(source, "offset 8: format version ", h.version, " is newer than this build reads (", kFormatVersion,
          "); rebuild the tools or re-plan with this mkplan");
-  if (h.version != kFormatVersion) fail(source, "offset 8: unsupported format version ", h.version);
+  if (h.version == 0) fail(source, "offset 8: unsupported format version 0");
+  if (h.version != kFormatVersion)
+    fail(source, "offset 8: format version ", h.version, " is older than this build reads (", kFormatVersion,
+         "); plan the model again with this mkplan");
   if (h.header_bytes != sizeof(FileHeader)) fail(source, "offset 12: header size ", h.header_bytes, " unexpected");
   if (h.file_bytes != bytes.size())
     fail(source, "offset 16: header says ", h.file_bytes, " bytes but the file has ", bytes.size(),

@@ -271,6 +271,14 @@ TEST_CASE("schedule: version, magic and header fields") {
     CHECK(contains(why, "newer"));
     CHECK(contains(why, "format version " + std::to_string(mk::schedule::kFormatVersion + 1)));
   }
+  SUBCASE("an older version (a file planned before the argmax's split, format 3)") {
+    std::vector<uint8_t> bytes = good;
+    put<uint32_t>(bytes, offsetof(FileHeader, version), mk::schedule::kFormatVersion - 1);
+    fix_checksum(bytes);
+    const std::string why = read_refusal(bytes);
+    CHECK(contains(why, "offset 8: format version " + std::to_string(mk::schedule::kFormatVersion - 1) + " is older"));
+    CHECK(contains(why, "plan the model again with this mkplan"));
+  }
   SUBCASE("version 0") {
     std::vector<uint8_t> bytes = good;
     put<uint32_t>(bytes, offsetof(FileHeader, version), 0);
