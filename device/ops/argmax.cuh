@@ -7,7 +7,7 @@
 namespace mk::device {
 
 namespace detail {
-using schedule::argmax_better;  // also the sample op's
+using schedule::argmax_better;
 
 // The best (value, index) of every compute thread's, by argmax_better; thread 0 gets it.
 // `scratch` holds kWarps values and kWarps indices.

@@ -14,6 +14,13 @@ namespace mk::device {
 
 namespace detail {
 
+// The Gumbel pick's order: larger score first, then lower index, -inf included (scores that all
+// overflow to -inf still go to the lowest kept index, as sample_cpu.cpp picks), unlike the
+// argmax's rule, under which -inf never wins.
+__device__ __forceinline__ bool gumbel_better(float v, uint32_t i, float best, uint32_t best_index) {
+  return v > best || (v == best && i < best_index);
+}
+
 // Block-wide reductions over the compute threads; every thread gets the result.
 // `scratch` holds kWarps doubles (248 bytes, inside the default op scratch).
 __device__ inline double sample_sum(double v, double* scratch) {
@@ -101,13 +108,13 @@ __device__ inline void gpu_run(const schedule::SamplePayload& p, const schedule:
     if (isnan(v) || sd::order_key(v) < key_min) continue;
     const float g = -logf(-logf(sd::uniform(seed, ctx.pos, i)));
     const float x = v * inv_t + g;
-    if (index == 0xffffffffu || detail::argmax_better(x, i, best, index)) best = x, index = i;
+    if (index == 0xffffffffu || detail::gumbel_better(x, i, best, index)) best = x, index = i;
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, best, o);
     const uint32_t oi = __shfl_xor_sync(0xffffffffu, index, o);
-    if (oi != 0xffffffffu && (index == 0xffffffffu || detail::argmax_better(ov, oi, best, index))) best = ov, index = oi;
+    if (oi != 0xffffffffu && (index == 0xffffffffu || detail::gumbel_better(ov, oi, best, index))) best = ov, index = oi;
   }
   float* values = reinterpret_cast<float*>(scratch);
   uint32_t* indices = reinterpret_cast<uint32_t*>(values + kWarps);
@@ -116,7 +123,7 @@ __device__ inline void gpu_run(const schedule::SamplePayload& p, const schedule:
   block_sync();
   if (threadIdx.x == 0) {
     for (uint32_t w = 1; w < kWarps; ++w)
-      if (indices[w] != 0xffffffffu && (index == 0xffffffffu || detail::argmax_better(values[w], indices[w], best, index)))
+      if (indices[w] != 0xffffffffu && (index == 0xffffffffu || detail::gumbel_better(values[w], indices[w], best, index)))
         best = values[w], index = indices[w];
     const int32_t token = index == 0xffffffffu ? 0 : static_cast<int32_t>(index);
     *mem.at<int32_t>(p.out) = token;

@@ -54,7 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // every split and no short step, so that both signal lists run whatever the file says.
     for (uint32_t pos = 0; pos < 3; ++pos)
       emulator.run_step({pos, kContext, pos + 1, 1, pos < 2 ? s.kv_splits : mk::schedule::KvSplitPolicy{0, 0}, tokens + pos,
-                         tokens + pos + 1},
+                         tokens + pos + 1, nullptr},  // counters: the emulator's own
                         table,
                         size % 2 ? mk::device::Order::shuffled : mk::device::Order::deterministic, pos);
   } catch (const mk::device::DeadlockError&) {
