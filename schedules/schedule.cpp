@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <map>
 #include <sstream>
 
 #include "common/input_file.hpp"
@@ -276,6 +277,13 @@ void validate(const Schedule& s) {
   io_tensor(s.logits_tensor, DType::f32, "logits");
   io_tensor(s.token_tensor, DType::i32, "token");
 
+  // Each ticket's uses (payload_checks.hpp, TicketUse), checked together after the loop.
+  struct Ticket {
+    TicketUse first;
+    uint32_t op = 0, uses = 0;
+    std::vector<bool> seen;  // task indices
+  };
+  std::map<uint32_t, Ticket> tickets;
   for (uint32_t sm = 0; sm < s.sm_count; ++sm) {
     for (uint32_t i = s.sm_offsets[sm]; i < s.sm_offsets[sm + 1]; ++i) {
       const Instruction& inst = s.instructions[i];
@@ -303,7 +311,39 @@ void validate(const Schedule& s) {
         const char* name = opcode_name(static_cast<Opcode>(inst.opcode));
         bad(where(), name ? std::string(name) + ": " : std::string(), err);
       }
+      TicketUse use;
+      switch (static_cast<Opcode>(inst.opcode)) {
+#define MK_OP(name, code, payload) \
+  case Opcode::name: use = ticket_use(payload_as<payload>(inst)); break;
+#include "schedules/op_table.def"
+#undef MK_OP
+        default: break;
+      }
+      if (use.counter == kNone) continue;
+      // A task index below tasks, and tasks no more than the schedule has (check_payload checked
+      // the counter and the workspace).
+      if (use.tasks > s.task_count || use.task >= use.tasks)
+        bad(where(), "ticket ", use.counter, ": task ", use.task, " of ", use.tasks, " (the schedule has ", s.task_count, " tasks)");
+      Ticket& t = tickets[use.counter];
+      if (t.uses++ == 0) {
+        t.first = use;
+        t.op = inst.op;
+        t.seen.assign(use.tasks, false);
+      } else if (use.tasks != t.first.tasks || use.workspace != t.first.workspace || inst.op != t.op) {
+        bad(where(), "ticket ", use.counter, " is shared by tasks of different ops, task counts or workspaces");
+      }
+      if (t.seen[use.task]) bad(where(), "ticket ", use.counter, ": task index ", use.task, " twice");
+      t.seen[use.task] = true;
     }
+  }
+  if (tickets.empty()) return;
+  std::vector<bool> listed(s.counter_count, false);  // a ticket is no list's counter
+  for (const Wait& w : s.waits) listed[w.counter] = true;
+  for (uint32_t c : s.signals) listed[c] = true;
+  for (const auto& [counter, t] : tickets) {
+    if (listed[counter]) bad("ticket counter ", counter, " (op ", s.ops[t.op].name, ") is also named by a wait or signal list");
+    if (t.uses != t.first.tasks)
+      bad("ticket counter ", counter, " (op ", s.ops[t.op].name, "): ", t.uses, " tasks take it, but they say ", t.first.tasks);
   }
 }
 

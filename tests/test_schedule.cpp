@@ -461,6 +461,35 @@ TEST_CASE("schedule validator: payload tensor ids and regions") {
     set_payload(s.instructions[i], p);
     CHECK(contains(validator_refusal(s), where(s, i) + "argmax: range [begin, end) is empty or past count"));
   }
+  SUBCASE("argmax tasks that do not add up: an index twice, one missing, the ticket listed") {
+    Schedule s = good;
+    std::vector<uint32_t> at;  // the argmax's instructions
+    for (uint32_t i = 0; i < s.instructions.size(); ++i)
+      if (s.instructions[i].opcode == static_cast<uint16_t>(Opcode::argmax)) at.push_back(i);
+    REQUIRE(at.size() == 4);  // tiny-llama's argmax is split in four
+    auto p = payload<mk::schedule::ArgmaxPayload>(s.instructions[at[1]]);
+    SUBCASE("an index twice") {
+      p.task = payload<mk::schedule::ArgmaxPayload>(s.instructions[at[0]]).task;
+      set_payload(s.instructions[at[1]], p);
+      const std::string refusal = validator_refusal(s);
+      CHECK(contains(refusal, ": task index " + std::to_string(p.task) + " twice"));
+    }
+    SUBCASE("one task taking no ticket") {
+      p.tasks = 1;
+      p.task = 0;
+      p.parts = p.ticket = mk::schedule::kNone;
+      set_payload(s.instructions[at[1]], p);
+      CHECK(contains(validator_refusal(s), "3 tasks take it, but they say 4"));
+    }
+    SUBCASE("the ticket in a signal list") {
+      s.signals[0] = p.ticket;
+      CHECK(contains(validator_refusal(s), "ticket counter " + std::to_string(p.ticket) + " (op next_token) is also named by a wait or signal list"));
+    }
+    SUBCASE("the ticket waited on") {
+      s.waits[0].counter = p.ticket;
+      CHECK(contains(validator_refusal(s), "is also named by a wait or signal list"));
+    }
+  }
   SUBCASE("argmax ticket past the counters") {
     Schedule s = good;
     const uint32_t i = first_of(s, Opcode::argmax);
