@@ -84,6 +84,9 @@ struct OpDef {
   // elements (the tensor '<its output>.parts') and a counter of its own, which lower() finds in
   // OpInfo::workspace and OpInfo::ticket.
   uint64_t (*workspace)(uint32_t split) = nullptr;
+  // Optional: at most how many tasks the op becomes when the model leaves its split out (else
+  // one per SM, at most its units).
+  uint64_t (*max_auto_split)(uint64_t units) = nullptr;
 };
 
 const OpDef& op_def(schedule::Opcode);

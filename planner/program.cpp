@@ -362,13 +362,12 @@ Program analyze(const dsl::ModelGraph& model, uint32_t sm_count) {
     for (const std::string& name : input_names(def, *op.decl))
       if (const uint32_t id = p.find(name); p.tensors[id].role == Role::activation || p.tensors[id].role == Role::io)
         if (std::find(op.inputs.begin(), op.inputs.end(), id) == op.inputs.end()) op.inputs.push_back(id);
-    // Left out, split gives every SM a task where the op has the work for it (embed: a row
-    // copy, 16 tasks are plenty), and chunks tracks the output as one piece, but per head for
+    // Left out, split gives every SM a task where the op has the work for it (an op may cap it:
+    // OpDef::max_auto_split), and chunks tracks the output as one piece, but per head for
     // attention's qkv input and per kv head for attention's output.
     const uint64_t out_elems = p.tensors[op.out].elements();
     double auto_split = std::min<double>(op.units, p.sm_count), auto_chunks = 1;
-    if (op.opcode == schedule::Opcode::embed) auto_split = std::min(auto_split, 16.0);
-    if (op.opcode == schedule::Opcode::argmax) auto_split = std::min(auto_split, std::ceil(op.units / 256.0));  // 1024 logits a task at least
+    if (def.max_auto_split) auto_split = std::min(auto_split, static_cast<double>(def.max_auto_split(op.units)));
     if (op.opcode == schedule::Opcode::attention) auto_chunks = p.tensors[op.out].shape.front();
     if (auto it = qkv_head_dim.find(p.tensors[op.out].name); it != qkv_head_dim.end() && out_elems % it->second == 0)
       auto_chunks = static_cast<double>(out_elems / it->second);

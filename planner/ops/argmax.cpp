@@ -47,10 +47,14 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t unit_begin, uint32_t
 
 uint64_t workspace(uint32_t split) { return uint64_t{2} * split; }  // per task: its best value's bits and index
 
+// Left out, a task per 1024 logits at least: fewer, and the ticket's round trips cost more than
+// the reads they spread.
+uint64_t max_auto_split(uint64_t units) { return (units + 255) / 256; }
+
 }  // namespace
 
 const OpDef& op_def_argmax() {
-  static const OpDef def{"argmax", kTokenOpFields, infer, lower, nullptr, nullptr, workspace};
+  static const OpDef def{"argmax", kTokenOpFields, infer, lower, nullptr, nullptr, workspace, max_auto_split};
   return def;
 }
 

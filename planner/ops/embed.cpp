@@ -28,10 +28,13 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t begin, uint32_t end)
   return t;
 }
 
+// Left out, 16 tasks at most: each copies a slice of one row, and more would only add hops.
+uint64_t max_auto_split(uint64_t) { return 16; }
+
 }  // namespace
 
 const OpDef& op_def_embed() {
-  static const OpDef def{"embed", kFields, infer, lower};
+  static const OpDef def{"embed", kFields, infer, lower, nullptr, nullptr, nullptr, max_auto_split};
   return def;
 }
 
