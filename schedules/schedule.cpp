@@ -299,10 +299,14 @@ void validate(const Schedule& s) {
       if (inst.op >= s.ops.size()) bad(where(), "op index ", inst.op, " out of range");
       if (inst.task >= s.task_count) bad(where(), "task id out of range");
       std::string err;
+      TicketUse use;  // read only from a payload that passed its check
       switch (static_cast<Opcode>(inst.opcode)) {
         case Opcode::noop: break;
-#define MK_OP(name, code, payload) \
-  case Opcode::name: err = check_payload(payload_as<payload>(inst), s); break;
+#define MK_OP(name, code, payload)                                   \
+  case Opcode::name:                                                 \
+    err = check_payload(payload_as<payload>(inst), s);               \
+    if (err.empty()) use = ticket_use(payload_as<payload>(inst));    \
+    break;
 #include "schedules/op_table.def"
 #undef MK_OP
         default: err = "unknown opcode " + std::to_string(inst.opcode);
@@ -310,14 +314,6 @@ void validate(const Schedule& s) {
       if (!err.empty()) {
         const char* name = opcode_name(static_cast<Opcode>(inst.opcode));
         bad(where(), name ? std::string(name) + ": " : std::string(), err);
-      }
-      TicketUse use;
-      switch (static_cast<Opcode>(inst.opcode)) {
-#define MK_OP(name, code, payload) \
-  case Opcode::name: use = ticket_use(payload_as<payload>(inst)); break;
-#include "schedules/op_table.def"
-#undef MK_OP
-        default: break;
       }
       if (use.counter == kNone) continue;
       // A task index below tasks, and tasks no more than the schedule has (check_payload checked
