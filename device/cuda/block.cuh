@@ -7,10 +7,14 @@
 
 namespace mk::device {
 
-// 512 threads leave 128 registers per thread: with 1024 (64 registers) the interpreter spilled
-// its loop state and the matvec input to local memory, which missed the small L1 beside the
-// ring (Llama-3.2-1B 1413 -> 1229 us, Llama-3.1-8B 5518 -> 5097 us; bench/NOTES.md).
-inline constexpr uint32_t kBlockThreads = 512;
+// 384 threads (eleven compute warps, one per ring stage) leave 168 registers per thread, and
+// nothing spills: the register file is four quarters of 16K registers, one per warp scheduler,
+// so 12 warps (3 a quarter) get 168 each where 13 to 16 warps get 128. At 512 threads the
+// kernel spilled 36 bytes and the op bodies 8-12 (four of the fifteen compute warps idle in
+// the matvec, whose stages are a warp each); 384 took every benchmark row down by 2-4 %
+// (bench/NOTES.md entry 68). At 1024 threads (64 registers) it spilled its loop state
+// (Llama-3.2-1B 1413 -> 1229 us from 1024 to 512).
+inline constexpr uint32_t kBlockThreads = 384;
 inline constexpr uint32_t kWarps = kBlockThreads / 32 - 1;  // compute warps
 inline constexpr uint32_t kThreads = kWarps * 32;           // compute threads
 

@@ -165,6 +165,40 @@ __device__ __forceinline__ void consume_tile(const WeightTile& t, const uint16_t
   }
 }
 
+// The input into the planes (times the norm weight), kBatch float4 loads in flight per
+// thread; returns the thread's share of the input's sum of squares (norm only). As many in
+// flight as the registers hold without spilling (`-Xptxas -v`): three with a norm weight beside
+// each, four without. Down's 32 KB input on Llama-3.2-1B is two round trips, not three.
+template <uint32_t kBatch, bool kNorm>
+__device__ __forceinline__ float load_input(const float4* in4, const uint2* norm4, uint32_t cols, float4* xlo, float4* xhi) {
+  const uint32_t tid = threadIdx.x;
+  float ss = 0;
+  for (uint32_t base = 0; base < cols / 4; base += kBatch * kThreads) {
+    float4 v[kBatch];
+    uint2 nw[kBatch];
+#pragma unroll
+    for (uint32_t k = 0; k < kBatch; ++k) {
+      const uint32_t i = base + k * kThreads + tid;
+      if (i < cols / 4) {
+        v[k] = __ldcg(in4 + i);
+        if (kNorm) nw[k] = __ldg(norm4 + i);
+      }
+    }
+#pragma unroll
+    for (uint32_t k = 0; k < kBatch; ++k) {
+      const uint32_t i = base + k * kThreads + tid;
+      if (i >= cols / 4) break;
+      float4 x = v[k];
+      if (kNorm) {
+        ss += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
+        x = make_float4(x.x * bf16_lo(nw[k].x), x.y * bf16_hi(nw[k].x), x.z * bf16_lo(nw[k].y), x.w * bf16_hi(nw[k].y));
+      }
+      (i % 2 ? xhi : xlo)[i / 2] = x;
+    }
+  }
+  return ss;
+}
+
 // The producer warp streams the weight tiles into the ring; the `share` warps of stage s
 // consume its tiles, each a slice of the columns, adding into shared accumulators. The norm
 // is folded in: x is held as in * norm_weight, and the sum of squares scales the finished
@@ -195,31 +229,7 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
 #pragma unroll
   for (uint32_t k = 0; k < kResidualRows; ++k)
     if (residual && tid + k * kThreads < rows) res[k] = load_activation(residual + p.row_begin + tid + k * kThreads);
-  float ss = 0;
-  constexpr uint32_t kBatch = 2;  // float4 loads in flight per thread
-  for (uint32_t base = 0; base < cols / 4; base += kBatch * kThreads) {
-    float4 v[kBatch];
-    uint2 nw[kBatch];
-#pragma unroll
-    for (uint32_t k = 0; k < kBatch; ++k) {
-      const uint32_t i = base + k * kThreads + tid;
-      if (i < cols / 4) {
-        v[k] = __ldcg(in4 + i);
-        if (norm) nw[k] = __ldg(norm4 + i);
-      }
-    }
-#pragma unroll
-    for (uint32_t k = 0; k < kBatch; ++k) {
-      const uint32_t i = base + k * kThreads + tid;
-      if (i >= cols / 4) break;
-      float4 x = v[k];
-      if (norm) {
-        ss += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
-        x = make_float4(x.x * bf16_lo(nw[k].x), x.y * bf16_hi(nw[k].x), x.z * bf16_lo(nw[k].y), x.w * bf16_hi(nw[k].y));
-      }
-      (i % 2 ? xhi : xlo)[i / 2] = x;
-    }
-  }
+  float ss = norm ? load_input<3, true>(in4, norm4, cols, xlo, xhi) : load_input<4, false>(in4, norm4, cols, xlo, xhi);
   for (uint32_t i = tid; i < 2 * rows; i += kThreads) acc[i] = 0;
   if (norm) {
     ss = warp_sum(ss);
