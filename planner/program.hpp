@@ -59,11 +59,12 @@ uint32_t auto_kv_splits(uint32_t sm_count, uint32_t kv_heads);
 
 // The schedule's KvSplitPolicy (schedules/format.hpp) from the config's kv_split_positions and
 // short_positions, each a whole number of positions (0 to limits::kMaxContext), refused at its
-// line otherwise. The defaults, measured on the H200 (bench/NOTES.md entries 49 and 51): short
-// steps save 25-28 us on Llama-3.2-1B at 32 to 128 positions, but splits longer than 32
-// positions cost more than the merge they save once a step has several (+10 to +60 us at 256
-// and 512 positions).
-inline constexpr uint32_t kDefaultKvSplitPositions = 32, kDefaultShortPositions = 128;
+// line otherwise. The defaults, measured on the H200 (bench/NOTES.md entries 49, 51 and 69):
+// short steps save 25-28 us on Llama-3.2-1B at 32 to 128 positions; past them, splits of 64
+// positions (one or two ring tiles) against 32: Llama-3.1-8B -51 and -53 us at 512 positions,
+// Llama-3.2-1B -13 and -6 at 512, +14 at 256, Qwen3-4B -9 at 1024 (longer splits cost more
+// than the merge they save: 96 or 128 positions lost on Llama-3.2-1B).
+inline constexpr uint32_t kDefaultKvSplitPositions = 64, kDefaultShortPositions = 128;
 schedule::KvSplitPolicy kv_split_policy(const dsl::ModelGraph&);
 
 }  // namespace mk::planner
