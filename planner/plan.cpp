@@ -278,7 +278,7 @@ void build_schedule(Plan& p, uint32_t sms, const std::vector<std::vector<uint32_
   s.counter_count = static_cast<uint32_t>(p.counters.size());
   s.logits_tensor = p.program.logits;
   s.token_tensor = p.program.token;
-  s.kv_splits = kv_split_policy(*p.program.model);
+  s.kv_splits = kv_split_policy(*p.program.model, attention_head_dim(p.program));
   for (const TensorInfo& t : p.program.tensors) s.tensors.push_back({t.name, t.key, t.role, t.dtype, t.shape});
   uint32_t first = 0;
   for (const OpInfo& op : p.program.ops) {

@@ -200,7 +200,7 @@ uint32_t auto_kv_splits(uint32_t sm_count, uint32_t kv_heads) {
   return std::clamp<uint32_t>(kv_heads ? sm_count / kv_heads : 1, 1, 64);
 }
 
-schedule::KvSplitPolicy kv_split_policy(const dsl::ModelGraph& m) {
+schedule::KvSplitPolicy kv_split_policy(const dsl::ModelGraph& m, uint32_t head_dim) {
   auto positions = [&](const char* key, uint32_t fallback, const char* zero) {
     const auto it = m.config.find(key);
     if (it == m.config.end()) return fallback;
@@ -212,14 +212,26 @@ schedule::KvSplitPolicy kv_split_policy(const dsl::ModelGraph& m) {
     return static_cast<uint32_t>(*P);
   };
   return {positions("kv_split_positions", kDefaultKvSplitPositions, "every KV split at every step"),
-          positions("short_positions", kDefaultShortPositions, "no short steps")};
+          positions("short_positions", head_dim ? std::max(1u, kShortStepBytes / (4 * head_dim)) : 0, "no short steps")};
+}
+
+uint32_t attention_head_dim(const Program& p) {
+  uint32_t hd = 0;
+  for (const OpInfo& op : p.ops) {
+    if (op.opcode != schedule::Opcode::attention) continue;
+    const dsl::Value* k = op.decl ? op.decl->field("k_cache") : nullptr;
+    if (!k || k->is_list) continue;
+    if (const uint32_t id = p.find(k->items.front()); id != schedule::kNone && p.tensors[id].shape.size() == 2)
+      hd = std::max(hd, p.tensors[id].shape[1]);
+  }
+  return hd;
 }
 
 Program analyze(const dsl::ModelGraph& model, uint32_t sm_count) {
   Program p;
   p.model = &model;
   p.sm_count = std::max<uint32_t>(sm_count, 1);
-  kv_split_policy(model);  // a bad value is refused here, at its line
+  kv_split_policy(model, 0);  // a bad value is refused here, at its line
   for (const dsl::TensorDecl& d : model.tensors) {
     TensorInfo t;
     t.name = d.name;

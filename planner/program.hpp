@@ -60,11 +60,17 @@ uint32_t auto_kv_splits(uint32_t sm_count, uint32_t kv_heads);
 // The schedule's KvSplitPolicy (schedules/format.hpp) from the config's kv_split_positions and
 // short_positions, each a whole number of positions (0 to limits::kMaxContext), refused at its
 // line otherwise. The defaults, measured on the H200 (bench/NOTES.md entries 49, 51 and 69):
-// short steps save 25-28 us on Llama-3.2-1B at 32 to 128 positions; past them, splits of 64
-// positions (one or two ring tiles) against 32: Llama-3.1-8B -51 and -53 us at 512 positions,
-// Llama-3.2-1B -13 and -6 at 512, +14 at 256, Qwen3-4B -9 at 1024 (longer splits cost more
-// than the merge they save: 96 or 128 positions lost on Llama-3.2-1B).
-inline constexpr uint32_t kDefaultKvSplitPositions = 64, kDefaultShortPositions = 128;
-schedule::KvSplitPolicy kv_split_policy(const dsl::ModelGraph&);
+// - past the short steps, splits of 64 positions (one or two ring tiles) against 32:
+//   Llama-3.1-8B -51 and -53 us at 512 positions, Llama-3.2-1B -13 and -6 at 512, +14 at 256,
+//   Qwen3-4B -9 at 1024 (96 or 128 positions lost on Llama-3.2-1B);
+// - short steps (one split per kv head, doing attn_reduce's work) while one kv head's cache, k
+//   and v, is at most kShortStepBytes: 256 positions at head_dim 128, 512 at 64. Against 128
+//   positions: -28 to -70 us at 192 to 320 positions on Llama-3.2-1B, Llama-3.1-8B and Qwen3-4B;
+//   a split past what the weight ring holds (192 KB at 384 positions, head_dim 128) lost +25.
+inline constexpr uint32_t kDefaultKvSplitPositions = 64, kShortStepBytes = 128 * 1024;
+// `head_dim`: the attention's (the largest, if several; 0 if none), for the short steps' default.
+schedule::KvSplitPolicy kv_split_policy(const dsl::ModelGraph&, uint32_t head_dim);
+// The largest head_dim of the program's attention ops (their k cache's rows), 0 if none.
+uint32_t attention_head_dim(const Program&);
 
 }  // namespace mk::planner

@@ -526,6 +526,29 @@ TEST_CASE("planner: attn_reduce tasks that span two kv heads keep their work at 
   }
 }
 
+TEST_CASE("planner: the KV split policy's defaults follow the attention's head_dim; the config overrides them") {
+  // Short steps while one kv head's k and v fit kShortStepBytes (128 KB): head_dim 64 -> 512
+  // positions, head_dim 128 -> 256; splits of 64 positions past them.
+  for (const auto& [file, head_dim] : std::vector<std::pair<std::string, uint32_t>>{{"llama-3.2-1b", 64}, {"qwen3-4b", 128}}) {
+    CAPTURE(file);
+    const mk::dsl::ModelGraph model = mk::dsl::parse_file(std::string(MK_SOURCE_DIR) + "/examples/" + file + ".yaml");
+    PlanOptions o;
+    o.sm_count = 132;
+    const Plan p = mk::planner::plan(model, o);
+    CHECK(mk::planner::attention_head_dim(p.program) == head_dim);
+    CHECK(p.schedule.kv_splits.short_positions == mk::planner::kShortStepBytes / (4 * head_dim));
+    CHECK(p.schedule.kv_splits.positions == mk::planner::kDefaultKvSplitPositions);
+  }
+  std::ifstream in(MK_SOURCE_DIR "/examples/tiny-qwen3.yaml");  // sets both in its config
+  const std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const mk::dsl::ModelGraph model = mk::dsl::parse_string(yaml, "tiny-qwen3.yaml");
+  PlanOptions o;
+  o.sm_count = 8;
+  const Plan p = mk::planner::plan(model, o);
+  CHECK(p.schedule.kv_splits.positions == 2);
+  CHECK(p.schedule.kv_splits.short_positions == 3);
+}
+
 // ---- verifier refusals ----
 
 TEST_CASE("verifier: a wait target raised by one can never be met") {
