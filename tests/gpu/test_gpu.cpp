@@ -327,11 +327,14 @@ TEST_CASE("argmax on the GPU: a vocabulary not a multiple of four, the largest v
   dsl::import_hf_model(dir.path, &yaml);
   const std::string one = "{op: argmax, in: logits, out: next_token}";
   REQUIRE(yaml.find(one) != std::string::npos);
-  // One task, then seven combining by ticket (ranges of 48 logits, the last of 45), over two steps.
-  for (const uint32_t split : {1u, 7u}) {
+  // One task, then seven combining by ticket (ranges of 48 logits, the last of 45), then five of
+  // uneven ranges (84 units of four logits: 16 or 17 each).
+  for (const uint32_t split : {1u, 7u, 5u}) {
     CAPTURE(split);
-    if (split > 1) yaml.replace(yaml.find(one), one.size(), "{op: argmax, in: logits, out: next_token, split: 7}");
-    const dsl::ModelGraph model = dsl::parse_string(yaml, "argmax.yaml");
+    std::string text = yaml;
+    if (split > 1)
+      text.replace(text.find(one), one.size(), "{op: argmax, in: logits, out: next_token, split: " + std::to_string(split) + "}");
+    const dsl::ModelGraph model = dsl::parse_string(text, "argmax.yaml");
     const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
     uint32_t op = 0;
     while (op < plan.schedule.ops.size() && plan.schedule.ops[op].opcode != schedule::Opcode::argmax) ++op;
