@@ -65,7 +65,7 @@ std::string summary(const Plan& p) {
   if (s.kv_splits.positions == 0) o << "every split at every step";
   else o << "one per " << s.kv_splits.positions << " positions";
   o << " (config kv_split_positions); ";
-  if (s.kv_splits.short_positions == 0) o << "no short steps (config short_positions)\n";
+  if (s.kv_splits.short_positions == 0) o << "no short steps (config short_positions, or no attention op)\n";
   else
     o << "short steps up to position " << s.kv_splits.short_positions << " (config short_positions): "
       << p.short_takeovers << " attn_reduce tasks done by the attention\n";

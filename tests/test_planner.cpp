@@ -536,7 +536,7 @@ TEST_CASE("planner: the KV split policy's defaults follow the attention's head_d
     o.sm_count = 132;
     const Plan p = mk::planner::plan(model, o);
     CHECK(mk::planner::attention_head_dim(p.program) == head_dim);
-    CHECK(p.schedule.kv_splits.short_positions == mk::planner::kShortStepBytes / (4 * head_dim));
+    CHECK(p.schedule.kv_splits.short_positions == (head_dim == 64 ? 512u : 256u));
     CHECK(p.schedule.kv_splits.positions == mk::planner::kDefaultKvSplitPositions);
   }
   std::ifstream in(MK_SOURCE_DIR "/examples/tiny-qwen3.yaml");  // sets both in its config
@@ -547,6 +547,21 @@ TEST_CASE("planner: the KV split policy's defaults follow the attention's head_d
   const Plan p = mk::planner::plan(model, o);
   CHECK(p.schedule.kv_splits.positions == 2);
   CHECK(p.schedule.kv_splits.short_positions == 3);
+  // No attention op: no short steps (the step has nothing to shorten).
+  const mk::dsl::ModelGraph mlp = mk::dsl::parse_string(
+      "model: mlp\n"
+      "config: {vocab: 16, hidden: 8}\n"
+      "weights:\n"
+      "  e: {key: e, shape: [vocab, hidden]}\n"
+      "  w: {key: w, shape: [vocab, hidden]}\n"
+      "ops:\n"
+      "  - {op: embed, table: e, out: x}\n"
+      "  - {op: matvec, in: x, weight: w, out: logits}\n"
+      "  - {op: argmax, in: logits, out: t}\n",
+      "mlp.yaml");
+  const Plan q = mk::planner::plan(mlp, o);
+  CHECK(mk::planner::attention_head_dim(q.program) == 0);
+  CHECK(q.schedule.kv_splits.short_positions == 0);
 }
 
 // ---- verifier refusals ----

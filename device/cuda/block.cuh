@@ -7,9 +7,10 @@
 
 namespace mk::device {
 
-// 384 threads (eleven compute warps, one per ring stage) leave 168 registers per thread, and
-// nothing spills: the register file is four quarters of 16K registers, one per warp scheduler,
-// so 12 warps (3 a quarter) get 168 each where 13 to 16 warps get 128. At 512 threads the
+// 384 threads (eleven compute warps: a ring of 11 stages, Llama-3.2-1B's and Qwen3-4B's, has a
+// warp per stage) leave 168 registers per thread, and nothing spills: the register file is four
+// quarters of 16K registers, one per warp scheduler, so 12 warps (3 a quarter) get 168 each
+// where 13 to 16 warps get 128. At 512 threads the
 // kernel spilled 36 bytes and the op bodies 8-12 (four of the fifteen compute warps idle in
 // the matvec, whose stages are a warp each); 384 took every benchmark row down by 2-4 %
 // (bench/NOTES.md entry 68). At 1024 threads (64 registers) it spilled its loop state

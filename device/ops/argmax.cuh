@@ -38,7 +38,7 @@ __device__ inline void gpu_run(const schedule::ArgmaxPayload& p, const schedule:
     if (detail::argmax_better(v, i, best, index)) best = v, index = i;
   };
   // The logits arrive from L2 at one round trip per batch: 16-byte loads, eight in flight per
-  // thread (60 KB per round trip; with 4-byte loads the 0.5 MB of Llama's logits took 34 round
+  // thread (44 KB per round trip; with 4-byte loads the 0.5 MB of Llama's logits took 34 round
   // trips, 24 us), then the comparisons. The range starts on a multiple of four (the planner's
   // units); its tail past one (or all of it, if `in` is not 16-byte aligned) one float at a time.
   constexpr uint32_t kBatch = 8;

@@ -205,7 +205,7 @@ __device__ __forceinline__ float load_input(const float4* in4, const uint2* norm
 // rows, so no barrier stands between the input load and the first tile.
 //
 // Out of line, like the attention's body, with everything the kernel keeps in registers passed
-// by value: inlined, the body shared the kernel's 128 registers with the interpreter's loop
+// by value: inlined, the body shared the kernel's registers (128 then) with the interpreter's loop
 // state, and moving it out gave it a register allocation of its own (Llama-3.2-1B 1128 -> 1094
 // us, bench/NOTES.md); and given nothing it does not use (the step's context). Returns the
 // ring's tile counter after its tiles.

@@ -22,7 +22,7 @@ __device__ __forceinline__ bool gumbel_better(float v, uint32_t i, float best, u
 }
 
 // Block-wide reductions over the compute threads; every thread gets the result.
-// `scratch` holds kWarps doubles (248 bytes, inside the default op scratch).
+// `scratch` holds kWarps doubles (88 bytes, inside the default op scratch).
 __device__ inline double sample_sum(double v, double* scratch) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -372,7 +372,7 @@ TEST_CASE("whole steps with the weight ring cut to 2 and 3 stages (mkbench --sta
   // cache tiles too: the ring's phases and arrival counts at their tightest. At position 5 a
   // split is a few positions of one tile; at 900 tiny-llama's splits stream four tiles through
   // the two or three stages, each stage's warps taking every second or third and sharing its
-  // blocks, and tiny-qwen3's two (one per stage, its blocks shared by five or seven warps).
+  // blocks, and tiny-qwen3's two (one per stage, its blocks shared by five warps).
   const int sms = device::cuda_device_sm_count();
   for (const char* example : {"tiny-llama.yaml", "tiny-qwen3.yaml"})
     for (const uint32_t pos : {5u, 900u}) {
