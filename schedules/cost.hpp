@@ -1,7 +1,8 @@
 // The cost model: how long each instruction runs on the device, and the step time that follows
 // from the per-SM queues and their waits. Each op's terms are in its schedules/ops/<op>.cpp;
-// the constants were fitted to the H200 traces of 2026-11-30, last at commit 756481f (bench/
-// NOTES.md, "The cost model"), and mkbench prints the prediction beside what it measures.
+// the constants were fitted to the H200 traces of 2026-11-30 and 2026-12-01, last at commit
+// 50c9370 (bench/NOTES.md, "The cost model"), and mkbench prints the prediction beside what it
+// measures.
 #pragma once
 #include <cstdint>
 
@@ -14,8 +15,8 @@ namespace mk::schedule {
 struct CostModel {
   double stream_bytes_per_us = kStreamBytesPerUs / kDefaultSmCount;  // one SM's share of the weight stream
   double input_bytes_per_us = 34e3;  // an activation vector read from L2 by one SM (8 KB in 1.1 us, 32 KB in 1.8)
-  double task_us = 2.0;     // per instruction: its first round trip (matvec input 0.86 us), epilogue and signal (1.1)
-  double latency_us = 1.0;  // from the last signal to the waiting SM running (hops of ~0.4 us, plus the poll)
+  double task_us = 1.9;     // per instruction: its first round trip (matvec input 0.9-1.0 us), epilogue and signal (1.0-1.2)
+  double latency_us = 0.4;  // from the last signal to the waiting SM running (the trace's hops: 0.32-0.37 us)
 };
 
 // Per op, in schedules/ops/<op>.cpp: the bytes an instruction streams from memory (weights, the
