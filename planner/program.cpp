@@ -215,15 +215,21 @@ schedule::KvSplitPolicy kv_split_policy(const dsl::ModelGraph& m, uint32_t head_
           positions("short_positions", head_dim ? std::max(1u, kShortStepBytes / (4 * head_dim)) : 0, "no short steps")};
 }
 
+namespace {
+// The head_dim an attention op's k cache gives (its rows), 0 when it names no cache of shape
+// [kv_heads, head_dim].
+uint32_t k_cache_head_dim(const Program& p, const dsl::OpDecl& decl) {
+  const dsl::Value* k = decl.field("k_cache");
+  if (!k || k->is_list) return 0;
+  const uint32_t id = p.find(k->items.front());
+  return id != schedule::kNone && p.tensors[id].shape.size() == 2 ? p.tensors[id].shape[1] : 0;
+}
+}  // namespace
+
 uint32_t attention_head_dim(const Program& p) {
   uint32_t hd = 0;
-  for (const OpInfo& op : p.ops) {
-    if (op.opcode != schedule::Opcode::attention) continue;
-    const dsl::Value* k = op.decl ? op.decl->field("k_cache") : nullptr;
-    if (!k || k->is_list) continue;
-    if (const uint32_t id = p.find(k->items.front()); id != schedule::kNone && p.tensors[id].shape.size() == 2)
-      hd = std::max(hd, p.tensors[id].shape[1]);
-  }
+  for (const OpInfo& op : p.ops)
+    if (op.opcode == schedule::Opcode::attention && op.decl) hd = std::max(hd, k_cache_head_dim(p, *op.decl));
   return hd;
 }
 
@@ -349,10 +355,9 @@ Program analyze(const dsl::ModelGraph& model, uint32_t sm_count) {
   std::map<std::string, uint32_t, std::less<>> qkv_head_dim;
   for (const dsl::OpDecl& decl : model.ops) {
     if (opcode_by_name(decl.kind) != schedule::Opcode::attention) continue;
-    const dsl::Value *qkv = decl.field("qkv"), *k = decl.field("k_cache");
-    if (!qkv || !k || qkv->is_list || k->is_list) continue;
-    if (const uint32_t id = p.find(k->items.front()); id != schedule::kNone && p.tensors[id].shape.size() == 2)
-      qkv_head_dim.emplace(qkv->items.front(), p.tensors[id].shape[1]);
+    const dsl::Value* qkv = decl.field("qkv");
+    if (!qkv || qkv->is_list) continue;
+    if (const uint32_t hd = k_cache_head_dim(p, decl)) qkv_head_dim.emplace(qkv->items.front(), hd);
   }
 
   // Infer shapes in dataflow order, then split into units. Sizes are 64-bit and bounded here,

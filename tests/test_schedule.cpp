@@ -142,6 +142,17 @@ void set_payload(Instruction& inst, const P& p) {
   std::memcpy(inst.payload, &p, sizeof p);
 }
 
+// `good` with edit(payload) applied to its first `op` instruction, whose index goes to `at`.
+template <class P, class Edit>
+Schedule with_first(const Schedule& good, Opcode op, uint32_t& at, Edit edit) {
+  Schedule s = good;
+  at = first_of(s, op);
+  P p = payload<P>(s.instructions[at]);
+  edit(p);
+  set_payload(s.instructions[at], p);
+  return s;
+}
+
 }  // namespace
 
 TEST_CASE("schedule: every example round-trips exactly at 132 SMs") {
@@ -445,11 +456,8 @@ TEST_CASE("schedule validator: payload tensor ids and regions") {
     CHECK(contains(validator_refusal(s), where(s, i) + "attn_reduce: head range outside the op"));
   }
   SUBCASE("argmax count larger than its input") {
-    Schedule s = good;
-    const uint32_t i = first_of(s, Opcode::argmax);
-    auto p = payload<mk::schedule::ArgmaxPayload>(s.instructions[i]);
-    p.count += 1;
-    set_payload(s.instructions[i], p);
+    uint32_t i = 0;
+    const Schedule s = with_first<mk::schedule::ArgmaxPayload>(good, Opcode::argmax, i, [](auto& p) { p.count += 1; });
     CHECK(contains(validator_refusal(s), "argmax: in: tensor logits has"));
   }
   SUBCASE("argmax range past its input, or empty") {
@@ -491,12 +499,11 @@ TEST_CASE("schedule validator: payload tensor ids and regions") {
     }
   }
   SUBCASE("argmax ticket past the counters") {
-    Schedule s = good;
-    const uint32_t i = first_of(s, Opcode::argmax);
-    auto p = payload<mk::schedule::ArgmaxPayload>(s.instructions[i]);
-    REQUIRE(p.tasks > 1);  // tiny-llama's argmax is split in four
-    p.ticket = s.counter_count;
-    set_payload(s.instructions[i], p);
+    uint32_t i = 0;
+    const Schedule s = with_first<mk::schedule::ArgmaxPayload>(good, Opcode::argmax, i, [&](auto& p) {
+      REQUIRE(p.tasks > 1);  // tiny-llama's argmax is split in four
+      p.ticket = good.counter_count;
+    });
     CHECK(contains(validator_refusal(s), where(s, i) + "argmax: ticket names a counter past counter_count"));
   }
   SUBCASE("argmax parts too small for its tasks, or missing") {
@@ -509,12 +516,8 @@ TEST_CASE("schedule validator: payload tensor ids and regions") {
     CHECK(contains(validator_refusal(s), where(s, i) + "argmax: parts:"));
   }
   SUBCASE("argmax with one task that has a ticket") {
-    Schedule s = good;
-    const uint32_t i = first_of(s, Opcode::argmax);
-    auto p = payload<mk::schedule::ArgmaxPayload>(s.instructions[i]);
-    p.tasks = 1;
-    p.task = 0;
-    set_payload(s.instructions[i], p);
+    uint32_t i = 0;
+    const Schedule s = with_first<mk::schedule::ArgmaxPayload>(good, Opcode::argmax, i, [](auto& p) { p.tasks = 1, p.task = 0; });
     CHECK(contains(validator_refusal(s), where(s, i) + "argmax: one task has no parts and no ticket"));
   }
   SUBCASE("embed whose table is an activation") {
