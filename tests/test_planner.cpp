@@ -531,20 +531,12 @@ TEST_CASE("planner: the KV split policy's defaults follow the attention's head_d
   // positions, head_dim 128 -> 256; splits of 64 positions past them.
   for (const auto& [file, head_dim] : std::vector<std::pair<std::string, uint32_t>>{{"llama-3.2-1b", 64}, {"qwen3-4b", 128}}) {
     CAPTURE(file);
-    const mk::dsl::ModelGraph model = mk::dsl::parse_file(std::string(MK_SOURCE_DIR) + "/examples/" + file + ".yaml");
-    PlanOptions o;
-    o.sm_count = 132;
-    const Plan p = mk::planner::plan(model, o);
+    const Plan p = make_plan(file, 132);
     CHECK(mk::planner::attention_head_dim(p.program) == head_dim);
     CHECK(p.schedule.kv_splits.short_positions == (head_dim == 64 ? 512u : 256u));
     CHECK(p.schedule.kv_splits.positions == mk::planner::kDefaultKvSplitPositions);
   }
-  std::ifstream in(MK_SOURCE_DIR "/examples/tiny-qwen3.yaml");  // sets both in its config
-  const std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const mk::dsl::ModelGraph model = mk::dsl::parse_string(yaml, "tiny-qwen3.yaml");
-  PlanOptions o;
-  o.sm_count = 8;
-  const Plan p = mk::planner::plan(model, o);
+  const Plan p = make_plan("tiny-qwen3", 8);  // sets both in its config
   CHECK(p.schedule.kv_splits.positions == 2);
   CHECK(p.schedule.kv_splits.short_positions == 3);
   // No attention op: no short steps (the step has nothing to shorten).
@@ -559,6 +551,8 @@ TEST_CASE("planner: the KV split policy's defaults follow the attention's head_d
       "  - {op: matvec, in: x, weight: w, out: logits}\n"
       "  - {op: argmax, in: logits, out: t}\n",
       "mlp.yaml");
+  PlanOptions o;
+  o.sm_count = 8;
   const Plan q = mk::planner::plan(mlp, o);
   CHECK(mk::planner::attention_head_dim(q.program) == 0);
   CHECK(q.schedule.kv_splits.short_positions == 0);
