@@ -276,14 +276,19 @@ std::string trace_summary(const schedule::Schedule& s, const std::vector<TraceEv
   // The chain, op by op in program order: a task's own wait is mostly the previous op's slowest
   // task, so each op is also measured as a whole (bench/NOTES.md, "Where a layer's time goes"),
   // then averaged over its kind (an op, or one position of the layer block: schedules/op_kinds).
+  // Its tail: the last signal after the mean of its tasks' signals, what an op would gain if its
+  // work were dealt so that every task ended together.
   std::vector<uint64_t> first(s.ops.size(), UINT64_MAX), last(s.ops.size(), 0);
+  std::vector<double> end_sum(s.ops.size(), 0);
+  std::vector<uint32_t> tasks(s.ops.size(), 0);
   for (size_t i = 0; i < ev.size(); ++i) {
     const uint32_t op = s.instructions[i].op;
     first[op] = std::min(first[op], ev[i].ready);
     last[op] = std::max(last[op], ev[i].end);
+    end_sum[op] += static_cast<double>(ev[i].end - t0), ++tasks[op];
   }
   const schedule::OpKinds kinds = schedule::op_kinds(s.ops);
-  std::vector<double> hop(kinds.kinds.size(), 0), span(kinds.kinds.size(), 0);
+  std::vector<double> hop(kinds.kinds.size(), 0), span(kinds.kinds.size(), 0), tail(kinds.kinds.size(), 0);
   std::vector<uint32_t> hops(kinds.kinds.size(), 0), spans(kinds.kinds.size(), 0);
   bool have_prev = false;
   uint64_t prev_last = 0;
@@ -291,17 +296,18 @@ std::string trace_summary(const schedule::Schedule& s, const std::vector<TraceEv
     if (first[op] == UINT64_MAX) continue;  // no instructions
     const uint32_t k = kinds.kind_of[op];
     span[k] += (last[op] - first[op]) / 1e3, ++spans[k];
+    tail[k] += (static_cast<double>(last[op] - t0) - end_sum[op] / tasks[op]) / 1e3;
     if (have_prev) hop[k] += (static_cast<double>(first[op]) - static_cast<double>(prev_last)) / 1e3, ++hops[k];
     have_prev = true;
     prev_last = last[op];
   }
   o << "the chain, per op of the program (a block position: mean over the layers): hop from the previous op's last "
-       "signal to its first task running, span from then to its own last signal\n";
+       "signal to its first task running, span from then to its own last signal, tail from its tasks' mean signal to the last\n";
   for (size_t k = 0; k < kinds.kinds.size(); ++k) {
     if (!spans[k]) continue;
     o << "  " << kinds.kinds[k].label << ": ";
     if (hops[k]) o << "hop " << hop[k] / hops[k] << " " << u << ", ";
-    o << "span " << span[k] / spans[k] << " " << u << "\n";
+    o << "span " << span[k] / spans[k] << " " << u << ", tail " << tail[k] / spans[k] << " " << u << "\n";
   }
   return o.str();
 }

@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -141,12 +142,39 @@ TEST_CASE("trace: the summary's chain gives each op's hop and span") {
   const size_t at = summary.find("the chain, per op of the program");
   REQUIRE(at != std::string::npos);
   const std::string chain = summary.substr(at);
-  CHECK(chain.find("  x0: span 4 us\n") != std::string::npos);  // the embed: the first op, no hop
+  CHECK(chain.find("  x0: span 4 us, tail 0 us\n") != std::string::npos);  // the embed: the first op, no hop
   for (const char* op : {"qkv{0..2}", "attn_part{0..2}", "attn{0..2}", "h{0..2}", "act{0..2}", "x{1..3}", "logits", "next_token"})
-    CHECK(chain.find("  " + std::string(op) + ": hop 6 us, span 4 us\n") != std::string::npos);
+    CHECK(chain.find("  " + std::string(op) + ": hop 6 us, span 4 us, tail 0 us\n") != std::string::npos);
   // In program order: the block's ops before the LM head and the argmax.
   CHECK(chain.find("  qkv{0..2}:") < chain.find("  attn_part{0..2}:"));
   CHECK(chain.find("  act{0..2}:") < chain.find("  logits:"));
+}
+
+// The tail: with the j-th task of an op (of n) signalling j us after its first, the last signal
+// comes (n - 1) / 2 us after the mean one.
+TEST_CASE("trace: the summary's chain gives each op's tail") {
+  const auto plan = tiny_plan(4);
+  const mk::schedule::Schedule& s = plan.schedule;
+  std::vector<mk::device::TraceEvent> events(s.instructions.size());
+  std::map<uint32_t, uint32_t> seen;  // op -> its tasks so far
+  for (size_t i = 0; i < events.size(); ++i) {
+    const uint32_t op = s.instructions[i].op, j = seen[op]++;
+    const uint64_t t = 1000000 + 100000 * uint64_t{op};
+    events[i] = {t, t + 1000, t + 5000 + 1000 * uint64_t{j}, {0, 0}};
+  }
+  uint32_t at = 0;  // the LM head's op
+  while (at < s.ops.size() && s.ops[at].name != "logits") ++at;
+  REQUIRE(at > 0);
+  REQUIRE(at < s.ops.size());
+  const uint32_t logits = seen[at], before = seen[at - 1];  // tasks of the LM head and of the op before it
+  REQUIRE(logits > 1);
+  const std::string summary = mk::device::trace_summary(s, events);
+  CAPTURE(summary);
+  std::ostringstream want;
+  want.precision(3);
+  want << "  logits: hop " << 100 - 4 - (before - 1) << " us, span "
+       << 4 + (logits - 1) << " us, tail " << (logits - 1) / 2.0 << " us\n";
+  CHECK(summary.find(want.str()) != std::string::npos);
 }
 
 TEST_CASE("trace: hostile op names give valid JSON and SVG") {
