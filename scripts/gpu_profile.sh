@@ -20,10 +20,14 @@ tail -5 "$LOG/ncu-run.txt"
 ncu -i "$LOG/profile.ncu-rep" --page details > "$LOG/ncu-details.txt" 2>&1
 ncu -i "$LOG/profile.ncu-rep" --page source --csv --print-source sass > "$LOG/ncu-source.csv" 2>&1
 grep -E "Duration|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Local|Stall|Registers|Warp Cycles|Issue" "$LOG/ncu-details.txt" | head -60
-# The attention body's SASS (its own functions: the kernel calls them out of line), for reading
-# its tensor-core loop beside the per-instruction stall counts of ncu-source.csv.
-if command -v cuobjdump >/dev/null; then
-  cuobjdump -sass "$BIN/mkbench" | awk '/Function : .*attention_body/{on=1} on{print} on&&/^\t\t\.\.\.\.\.\.\.\.\.\./{on=0}' \
-    > "$LOG/attention_body.sass"
+# The attention body's SASS (its own function: the kernel calls it out of line, and cuobjdump
+# prints it inside the kernel's listing, found by the cubin's symbol table), for reading its
+# tensor-core loop beside the per-instruction stall counts of ncu-source.csv.
+if command -v cuobjdump >/dev/null && command -v readelf >/dev/null; then
+  elf=$(mktemp -d) bin=$(cd "$BIN" && pwd)
+  (cd "$elf" && cuobjdump -xelf all "$bin/mkbench" >/dev/null)
+  cuobjdump -sass "$BIN/mkbench" > "$elf/all.sass"
+  scripts/sass_slice.py "$(ls "$elf"/*.cubin | head -1)" "$elf/all.sass" attention_body > "$LOG/attention_body.sass"
   echo "attention body SASS: $(grep -c ';' "$LOG/attention_body.sass") instructions in $LOG/attention_body.sass"
+  rm -rf "$elf"
 fi
