@@ -4,9 +4,9 @@ PREFIX.json; gzip-compressed files are read too). bench/NOTES.md entry 75.
 
 For every op kind of the layer block (op names without their layer digits), averaged over the
 layers: the tail (the last task's signal after the mean of its tasks' signals), split into how
-late the slowest task became ready and how much longer than the mean it ran; then, per SM, the
-run time averaged over the layers: its spread and the correlation between the even and the odd
-layers (near 1: the same SMs are slow every layer, a deal by SM speed could take it back; near
+late the slowest task became ready and how much longer than the mean it ran; then, per SM (a
+trace lane: one block's queue), the run time averaged over the layers: its spread and the
+correlation between the even and the odd layers (near 1: the same SMs are slow every layer, a deal by SM speed could take it back; near
 0: the excess varies from one instance to the next).
 Usage: trace_tails.py TRACE.json[.gz]
 """
@@ -17,8 +17,12 @@ import statistics as st
 import sys
 
 
-def kind(op):
+def kind(op):  # the op's name without its layer digits
     return "".join(c for c in op if not c.isdigit())
+
+
+def layer(op):
+    return int("".join(c for c in op if c.isdigit()) or 0)
 
 
 def corr(x, y):
@@ -58,7 +62,7 @@ def main():
         line = f"  {k:12s} {n:3d}: tail {tail / n:5.2f}, ready lag {lag / n:5.2f}, run excess {excess / n:5.2f}"
         sms = sorted(set.intersection(*(set(run[op]) for op in ops)))
         if n >= 2 and len(sms) >= 3:
-            ordered = sorted(ops, key=lambda o: int("".join(c for c in o if c.isdigit()) or 0))
+            ordered = sorted(ops, key=layer)
             mean_run = lambda s, sel: st.mean(run[o][s][1] - run[o][s][0] for o in sel)
             per = [mean_run(s, ordered) for s in sms]
             even = [mean_run(s, ordered[0::2]) for s in sms]
