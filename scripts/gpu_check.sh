@@ -46,7 +46,8 @@ echo "commit: $(cat "$BIN/COMMIT" 2>/dev/null || echo unknown)"
 
 if [ "${GPU_TESTS:-1}" != 0 ]; then
   step "GPU tests"
-  bounded 120 "$BIN/mk_gpu_tests" || status=1
+  # The suite takes ~117 s on a warm machine (fa121ab); 120 s cut it short on a cold one.
+  bounded 200 "$BIN/mk_gpu_tests" || status=1
 fi
 
 if [ "${SAN_ONLY:-0}" != 1 ]; then
