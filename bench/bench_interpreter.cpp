@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
     double sequence = 0;
     const double full = median(run(s, context, reps, trace, &sequence));
     schedule::Schedule free = s;
-    for (schedule::Instruction& inst : free.instructions) inst.wait_count = 0;
+    for (schedule::Instruction& inst : free.instructions) inst.wait_count = inst.short_wait_count = 0;
     const double no_waits = median(run(free, context, reps));
     std::cout.precision(4);
     std::cout << path << " at context " << context << ": weights " << weight_bytes / 1e9 << " GB + KV " << kv_bytes / 1e9

@@ -9,8 +9,8 @@
 
 namespace mk::device {
 
-bool Emulator::ready(const schedule::Instruction& inst, uint32_t generation) const {
-  for (const schedule::Wait& w : s_.waits_of(inst))
+bool Emulator::ready(const schedule::Instruction& inst, uint32_t generation, bool short_step) const {
+  for (const schedule::Wait& w : s_.waits_of(inst, short_step))
     if (counters_[w.counter] < uint64_t{w.target} * generation) return false;
   return true;
 }
@@ -21,13 +21,13 @@ void Emulator::run_step(const schedule::StepContext& step, const TensorTable& me
   const uint32_t sms = s_.sm_count;
   std::vector<uint32_t> head(sms);
   for (uint32_t sm = 0; sm < sms; ++sm) head[sm] = s_.sm_offsets[sm];
+  const bool short_lists = schedule::short_step(ctx);  // the step's wait and signal lists, chosen once
   auto runnable = [&](uint32_t sm) {
-    return head[sm] < s_.sm_offsets[sm + 1] && ready(s_.instructions[head[sm]], ctx.generation);
+    return head[sm] < s_.sm_offsets[sm + 1] && ready(s_.instructions[head[sm]], ctx.generation, short_lists);
   };
   // The logical clock: when each SM is free, when each counter got its last signal.
   std::vector<uint64_t> sm_free(tracing_ ? sms : 0, 0), signalled(tracing_ ? s_.counter_count : 0, 0);
   if (tracing_) trace_.assign(s_.instructions.size(), TraceEvent{});
-  const bool short_lists = schedule::short_step(ctx);  // the step's signal lists, chosen once
   auto run = [&](uint32_t sm) {
     const uint32_t i = head[sm]++;
     const schedule::Instruction& inst = s_.instructions[i];
@@ -38,7 +38,7 @@ void Emulator::run_step(const schedule::StepContext& step, const TensorTable& me
     constexpr uint64_t kTick = 1000;
     TraceEvent& e = trace_[i];
     e.start = e.ready = sm_free[sm];
-    for (const schedule::Wait& w : s_.waits_of(inst)) e.ready = std::max(e.ready, signalled[w.counter]);
+    for (const schedule::Wait& w : s_.waits_of(inst, short_lists)) e.ready = std::max(e.ready, signalled[w.counter]);
     e.end = e.ready + kTick;
     for (uint32_t c : signals) signalled[c] = std::max(signalled[c], e.end);
     sm_free[sm] = e.end;
@@ -73,7 +73,7 @@ void Emulator::run_step(const schedule::StepContext& step, const TensorTable& me
       const schedule::Instruction& inst = s_.instructions[head[sm]];
       o << "\n  SM " << sm << " instruction " << head[sm] - s_.sm_offsets[sm] << " (task " << inst.task << ", op '"
         << s_.ops[inst.op].name << "')";
-      for (const schedule::Wait& w : s_.waits_of(inst))
+      for (const schedule::Wait& w : s_.waits_of(inst, short_lists))
         if (counters_[w.counter] < uint64_t{w.target} * ctx.generation)
           o << " waits for counter " << w.counter << " = " << uint64_t{w.target} * ctx.generation << ", it is "
             << counters_[w.counter];

@@ -38,7 +38,7 @@ class Emulator {
   const std::vector<TraceEvent>& trace() const { return trace_; }  // of the last step, by instruction
 
  private:
-  bool ready(const schedule::Instruction&, uint32_t generation) const;
+  bool ready(const schedule::Instruction&, uint32_t generation, bool short_step) const;
 
   const schedule::Schedule& s_;
   std::vector<uint32_t> counters_;

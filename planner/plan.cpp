@@ -174,6 +174,7 @@ void derive_short_signals(Plan& p, const Index& ix) {
       }
       taker.short_signals.insert(taker.short_signals.end(), p.tasks[t].signals.begin(), p.tasks[t].signals.end());
       p.tasks[t].short_signals.clear();
+      p.tasks[t].bypassed = true;
       taker_of[t] = static_cast<uint32_t>(&taker - p.tasks.data());
       ++p.short_takeovers;
     }
@@ -182,8 +183,10 @@ void derive_short_signals(Plan& p, const Index& ix) {
   // each taker's list sorted once (the others are as derive_counters made them).
   for (Task& t : p.tasks)
     if (t.short_signals.size() > t.signals.size()) std::sort(t.short_signals.begin(), t.short_signals.end());
+  // A bypassed task reads nothing at short steps: no edge into it there.
   for (const auto& [producer, consumer] : p.edges)
-    p.short_edges.emplace_back(taker_of[producer] == schedule::kNone ? producer : taker_of[producer], consumer);
+    if (!p.tasks[consumer].bypassed)
+      p.short_edges.emplace_back(taker_of[producer] == schedule::kNone ? producer : taker_of[producer], consumer);
 }
 
 // The tasks each task waits for, through its (reduced) waits.
@@ -295,6 +298,7 @@ void build_schedule(Plan& p, uint32_t sms, const std::vector<std::vector<uint32_
       inst.task = t;
       inst.wait_begin = static_cast<uint32_t>(s.waits.size());
       inst.wait_count = static_cast<uint16_t>(task.waits.size());
+      inst.short_wait_count = task.bypassed ? 0 : inst.wait_count;
       inst.signal_begin = static_cast<uint32_t>(s.signals.size());
       inst.signal_count = static_cast<uint16_t>(task.signals.size());
       s.waits.insert(s.waits.end(), task.waits.begin(), task.waits.end());

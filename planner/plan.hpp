@@ -30,6 +30,7 @@ struct Task {
   TaskSpec spec;
   std::vector<uint32_t> signals;         // counters it increments
   std::vector<uint32_t> short_signals;   // at short steps (schedules/format.hpp)
+  bool bypassed = false;                 // at short steps its taker does its work: it neither waits nor signals
   std::vector<schedule::Wait> waits;     // after redundant waits are removed
   uint32_t full_wait_count = 0;          // before
   uint32_t sm = 0;

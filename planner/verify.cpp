@@ -40,13 +40,14 @@ void verify_path(const Schedule& s, const Where& w, const Edges& required_edges,
   const uint32_t n = static_cast<uint32_t>(s.instructions.size());
   auto refuse = [&](const std::string& what) { ::mk::planner::refuse(why + what); };
   auto signals_of = [&](const Instruction& inst) { return s.signals_of(inst, short_step); };
+  auto waits_of = [&](const Instruction& inst) { return s.waits_of(inst, short_step); };
 
   // Exact targets: each wait's target is the number of signals its counter gets.
   std::vector<std::vector<uint32_t>> signalers(s.counter_count);
   for (uint32_t i = 0; i < n; ++i)
     for (uint32_t c : signals_of(s.instructions[i])) signalers[c].push_back(i);
   for (uint32_t i = 0; i < n; ++i)
-    for (const schedule::Wait& wt : s.waits_of(s.instructions[i])) {
+    for (const schedule::Wait& wt : waits_of(s.instructions[i])) {
       const size_t have = signalers[wt.counter].size();
       if (wt.target == have) continue;
       std::ostringstream o;
@@ -63,7 +64,7 @@ void verify_path(const Schedule& s, const Where& w, const Edges& required_edges,
   Dag g(n);
   for (uint32_t i = 0; i < n; ++i) {
     if (w.slot[i] > 0) boost::add_edge(i - 1, i, g);
-    for (const schedule::Wait& wt : s.waits_of(s.instructions[i]))
+    for (const schedule::Wait& wt : waits_of(s.instructions[i]))
       for (uint32_t sig : signalers[wt.counter]) boost::add_edge(sig, i, g);
   }
   const auto order = topological_order(g);
@@ -75,7 +76,7 @@ void verify_path(const Schedule& s, const Where& w, const Edges& required_edges,
       const uint32_t a = cycle[k], b = cycle[(k + 1) % cycle.size()];
       o << "\n  " << describe(s, w, b);
       if (w.sm[a] == w.sm[b] && w.slot[a] + 1 == w.slot[b]) o << " runs after " << describe(s, w, a) << " on its SM";
-      for (const schedule::Wait& wt : s.waits_of(s.instructions[b]))
+      for (const schedule::Wait& wt : waits_of(s.instructions[b]))
         for (uint32_t sig : signalers[wt.counter])
           if (sig == a) o << " waits for " << counter_name(s, signalers, wt.counter) << ", which " << describe(s, w, a) << " signals";
     }
@@ -88,7 +89,7 @@ void verify_path(const Schedule& s, const Where& w, const Edges& required_edges,
   for (uint32_t c = 0; c < s.counter_count; ++c) done[c][c / 64] |= uint64_t{1} << (c % 64);
   for (uint32_t i : *order)
     for (uint32_t c : signals_of(s.instructions[i]))
-      for (const schedule::Wait& wt : s.waits_of(s.instructions[i]))
+      for (const schedule::Wait& wt : waits_of(s.instructions[i]))
         for (size_t k = 0; k < words; ++k) done[c][k] |= done[wt.counter][k];
 
   // Every read-after-write edge must be implied by the consumer's waits (or queue order).
@@ -97,7 +98,7 @@ void verify_path(const Schedule& s, const Where& w, const Edges& required_edges,
     const uint32_t pi = w.instruction[producer], ci = w.instruction[consumer];
     if (w.sm[pi] == w.sm[ci] && w.slot[pi] < w.slot[ci]) continue;
     bool covered = false;
-    for (const schedule::Wait& wt : s.waits_of(s.instructions[ci]))
+    for (const schedule::Wait& wt : waits_of(s.instructions[ci]))
       for (uint32_t c : signals_of(s.instructions[pi]))
         covered |= (done[wt.counter][c / 64] >> (c % 64)) & 1;
     if (!covered)
@@ -135,7 +136,8 @@ void verify(const Schedule& s, const Edges& required_edges, const Edges& short_e
   verify_path(s, w, required_edges, false, "");
   // Short steps need a proof of their own only where some list or edge differs.
   const bool same = short_edges == required_edges && std::all_of(s.instructions.begin(), s.instructions.end(), [](const Instruction& i) {
-                      return i.short_signal_begin == i.signal_begin && i.short_signal_count == i.signal_count;
+                      return i.short_signal_begin == i.signal_begin && i.short_signal_count == i.signal_count &&
+                             i.short_wait_count == i.wait_count;
                     });
   if (!same) verify_path(s, w, short_edges, true, "at short steps (positions up to short_positions): ");
 }

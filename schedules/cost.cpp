@@ -40,7 +40,7 @@ double predict_step_us(const Schedule& s, uint32_t context, const CostModel& m) 
     for (uint32_t sm = 0; sm < s.sm_count; ++sm) {
       for (; head[sm] < s.sm_offsets[sm + 1]; ++head[sm], --left, moved = true) {
         const Instruction& inst = s.instructions[head[sm]];
-        const auto waits = s.waits_of(inst);
+        const auto waits = s.waits_of(inst, short_lists);
         if (!std::all_of(waits.begin(), waits.end(), [&](const Wait& w) { return seen[w.counter] >= w.target; })) break;
         double start = sm_free[sm];
         for (const Wait& w : waits) start = std::max(start, landed[w.counter] + m.latency_us);

@@ -18,7 +18,10 @@
 namespace mk::schedule {
 
 inline constexpr char kMagic[8] = {'M', 'K', 'S', 'C', 'H', 'E', 'D', '\0'};
-inline constexpr uint32_t kFormatVersion = 4;  // 2: matvec biases; 3: short steps; 4: argmax split, tickets
+inline constexpr uint32_t kFormatVersion = 5;  // 2: matvec biases; 3: short steps; 4: argmax split, tickets; 5: short-step waits
+// The oldest version read: a version 4 file reads as version 5 with every instruction's short
+// waits equal to its waits (version 4's reserved word there, zero, becomes short_wait_count).
+inline constexpr uint32_t kOldestReadVersion = 4;
 inline constexpr uint32_t kNone = 0xffffffffu;  // "no tensor" in a payload field
 inline constexpr uint32_t kMaxRank = 4;
 inline constexpr uint32_t kPayloadBytes = 96;
@@ -81,8 +84,9 @@ struct Wait {
 };
 
 // At a short step (short_step below) an instruction signals its short list instead of its
-// signal list: there a task of attention does its attn_reduce task's work and signals for it,
-// and that attn_reduce task signals nothing. The lists are the same range where they agree.
+// signal list, and waits for its first short_wait_count waits only: there a task of attention
+// does its attn_reduce task's work and signals for it, and that attn_reduce task (bypassed: it
+// does nothing) neither waits nor signals. The lists are the same range where they agree.
 struct Instruction {
   uint16_t opcode;
   uint16_t wait_count;
@@ -93,7 +97,8 @@ struct Instruction {
   uint32_t op;    // index into the op table
   uint32_t task;  // global task id
   uint32_t short_signal_begin;  // into the signal section
-  uint32_t reserved;
+  uint16_t short_wait_count;    // at most wait_count
+  uint16_t reserved;
   alignas(4) unsigned char payload[kPayloadBytes];
 };
 static_assert(sizeof(Instruction) == 128);

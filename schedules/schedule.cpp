@@ -161,9 +161,9 @@ Schedule deserialize(std::span<const uint8_t> bytes, const std::string& source) 
     fail(source, "offset 8: format version ", h.version, " is newer than this build reads (", kFormatVersion,
          "); rebuild the tools or re-plan with this mkplan");
   if (h.version == 0) fail(source, "offset 8: unsupported format version 0");
-  if (h.version != kFormatVersion)
-    fail(source, "offset 8: format version ", h.version, " is older than this build reads (", kFormatVersion,
-         "); plan the model again with this mkplan");
+  if (h.version < kOldestReadVersion)
+    fail(source, "offset 8: format version ", h.version, " is older than this build reads (", kOldestReadVersion, " to ",
+         kFormatVersion, "); plan the model again with this mkplan");
   if (h.header_bytes != sizeof(FileHeader)) fail(source, "offset 12: header size ", h.header_bytes, " unexpected");
   if (h.file_bytes != bytes.size())
     fail(source, "offset 16: header says ", h.file_bytes, " bytes but the file has ", bytes.size(),
@@ -239,6 +239,8 @@ Schedule deserialize(std::span<const uint8_t> bytes, const std::string& source) 
   get(l.sm_offsets, s.sm_offsets.data(), s.sm_offsets.size() * sizeof(uint32_t));
   s.instructions.resize(h.instruction_count);
   get(l.instructions, s.instructions.data(), s.instructions.size() * sizeof(Instruction));
+  if (h.version == 4)
+    for (Instruction& inst : s.instructions) inst.short_wait_count = inst.wait_count;
   s.waits.resize(h.wait_count);
   get(l.waits, s.waits.data(), s.waits.size() * sizeof(Wait));
   s.signals.resize(h.signal_count);
@@ -296,6 +298,8 @@ void validate(const Schedule& s) {
       if (uint64_t{inst.signal_begin} + inst.signal_count > s.signals.size()) bad(where(), "signals out of range");
       if (uint64_t{inst.short_signal_begin} + inst.short_signal_count > s.signals.size())
         bad(where(), "short-step signals out of range");
+      if (inst.short_wait_count > inst.wait_count)
+        bad(where(), "short-step waits (", inst.short_wait_count, ") more than its waits (", inst.wait_count, ")");
       if (inst.op >= s.ops.size()) bad(where(), "op index ", inst.op, " out of range");
       if (inst.task >= s.task_count) bad(where(), "task id out of range");
       std::string err;

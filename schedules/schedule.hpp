@@ -49,6 +49,9 @@ struct Schedule {
     return {instructions.data() + sm_offsets[sm], instructions.data() + sm_offsets[sm + 1]};
   }
   std::span<const Wait> waits_of(const Instruction& i) const { return {waits.data() + i.wait_begin, i.wait_count}; }
+  std::span<const Wait> waits_of(const Instruction& i, bool short_step) const {
+    return {waits.data() + i.wait_begin, short_step ? i.short_wait_count : i.wait_count};
+  }
   std::span<const uint32_t> signals_of(const Instruction& i) const {
     return {signals.data() + i.signal_begin, i.signal_count};
   }

@@ -282,13 +282,39 @@ TEST_CASE("schedule: version, magic and header fields") {
     CHECK(contains(why, "newer"));
     CHECK(contains(why, "format version " + std::to_string(mk::schedule::kFormatVersion + 1)));
   }
-  SUBCASE("an older version (a file planned before the argmax's split, format 3)") {
+  SUBCASE("an older version than is read (a file planned before the argmax's split, format 3)") {
     std::vector<uint8_t> bytes = good;
-    put<uint32_t>(bytes, offsetof(FileHeader, version), mk::schedule::kFormatVersion - 1);
+    put<uint32_t>(bytes, offsetof(FileHeader, version), mk::schedule::kOldestReadVersion - 1);
     fix_checksum(bytes);
     const std::string why = read_refusal(bytes);
-    CHECK(contains(why, "offset 8: format version " + std::to_string(mk::schedule::kFormatVersion - 1) + " is older"));
+    CHECK(contains(why, "offset 8: format version " + std::to_string(mk::schedule::kOldestReadVersion - 1) + " is older"));
     CHECK(contains(why, "plan the model again with this mkplan"));
+  }
+  SUBCASE("version 4 (no short-step waits: its reserved word zero) reads with every task's waits at short steps") {
+    const Schedule s = tiny();
+    REQUIRE(std::any_of(s.instructions.begin(), s.instructions.end(),
+                        [](const Instruction& i) { return i.short_wait_count != i.wait_count; }));  // bypassed tasks
+    std::vector<uint8_t> bytes = good;
+    put<uint32_t>(bytes, offsetof(FileHeader, version), 4);
+    FileHeader h;
+    std::memcpy(&h, bytes.data(), sizeof h);
+    // The instruction section: after the header, tensor records, op records and sm_offsets, each
+    // section starting at a multiple of 16 bytes.
+    auto align16 = [](size_t n) { return (n + 15) / 16 * 16; };
+    size_t first = align16(sizeof(FileHeader));
+    first = align16(first + size_t{h.tensor_count} * sizeof(mk::schedule::TensorRecord));
+    first = align16(first + size_t{h.op_count} * sizeof(mk::schedule::OpRecord));
+    first = align16(first + (size_t{h.sm_count} + 1) * sizeof(uint32_t));
+    REQUIRE(std::memcmp(bytes.data() + first, &s.instructions[0], sizeof(Instruction)) == 0);
+    for (uint32_t i = 0; i < h.instruction_count; ++i)
+      put<uint16_t>(bytes, first + size_t{i} * sizeof(Instruction) + offsetof(Instruction, short_wait_count), 0);
+    fix_checksum(bytes);
+    const Schedule old = mk::schedule::deserialize(bytes, "v4.bin");
+    REQUIRE(old.instructions.size() == s.instructions.size());
+    for (size_t i = 0; i < s.instructions.size(); ++i) {
+      CHECK(old.instructions[i].short_wait_count == s.instructions[i].wait_count);
+      CHECK(old.instructions[i].wait_count == s.instructions[i].wait_count);
+    }
   }
   SUBCASE("version 0") {
     std::vector<uint8_t> bytes = good;
@@ -573,6 +599,13 @@ TEST_CASE("schedule validator: waits, signals, queues and the tensor table") {
     Schedule s = good;
     s.instructions[0].signal_count = static_cast<uint16_t>(s.signals.size() + 1);
     CHECK(contains(validator_refusal(s), where(s, 0) + "signals out of range"));
+  }
+  SUBCASE("an instruction with more short-step waits than waits") {
+    Schedule s = good;
+    const uint32_t i = first_of(s, Opcode::matvec, [](const Instruction& inst) { return inst.wait_count > 0; });
+    s.instructions[i].short_wait_count = static_cast<uint16_t>(s.instructions[i].wait_count + 1);
+    CHECK(contains(validator_refusal(s), where(s, i) + "short-step waits (" + std::to_string(s.instructions[i].wait_count + 1) +
+                                             ") more than its waits (" + std::to_string(s.instructions[i].wait_count) + ")"));
   }
   SUBCASE("an op index out of range") {
     Schedule s = good;

@@ -239,7 +239,7 @@ TEST_CASE("trace: the emulator's logical clock, the same in any execution order"
     for (uint32_t i = s.sm_offsets[sm]; i < s.sm_offsets[sm + 1]; ++i) {
       CHECK(ev[i].start == (i == s.sm_offsets[sm] ? 0 : ev[i - 1].end));  // right after its SM's previous one
       uint64_t ready = ev[i].start;
-      for (const auto& w : s.waits_of(s.instructions[i])) ready = std::max(ready, signalled[w.counter]);
+      for (const auto& w : s.waits_of(s.instructions[i], short_step)) ready = std::max(ready, signalled[w.counter]);
       CHECK(ev[i].ready == ready);  // when its last awaited signal landed
       CHECK(ev[i].end == ev[i].ready + 1000);  // one tick
       span = std::max(span, ev[i].end);

@@ -32,9 +32,9 @@ struct ErrorRecord {
 };
 
 struct KernelParams {
-  // The queues as the step signals: at a short step (schedules/format.hpp) a copy of them whose
-  // signal lists are the short ones, chosen by the host at launch, so that the kernel never
-  // chooses between two lists.
+  // The queues as the step waits and signals: at a short step (schedules/format.hpp) a copy of
+  // them whose wait and signal lists are the short ones, chosen by the host at launch, so that
+  // the kernel never chooses between two lists.
   const schedule::Instruction* instructions;
   const uint32_t* sm_offsets;
   const schedule::Wait* waits;
@@ -400,6 +400,7 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   for (schedule::Instruction& inst : short_steps) {
     inst.signal_begin = inst.short_signal_begin;
     inst.signal_count = inst.short_signal_count;
+    inst.wait_count = inst.short_wait_count;  // a bypassed task runs at once, doing nothing
   }
   st_->instructions[0] = device_copy(s.instructions, "instructions");
   st_->instructions[1] = device_copy(short_steps, "instructions");

@@ -79,7 +79,7 @@ schedule::Schedule single_op(const schedule::Schedule& s, uint32_t op, uint32_t 
   for (uint32_t sm = 0; sm < n; ++sm) {
     for (size_t k = sm; k < mine.size(); k += n) {
       schedule::Instruction inst = mine[k];
-      inst.wait_count = 0;
+      inst.wait_count = inst.short_wait_count = 0;
       inst.signal_count = inst.short_signal_count = 0;
       inst.wait_begin = inst.signal_begin = inst.short_signal_begin = 0;
       out.instructions.push_back(inst);
