@@ -85,8 +85,8 @@ int main(int argc, char** argv) {
   app.add_option("--stages", g_stages, "use at most this many weight ring stages (0: as many as shared memory holds)")
       ->capture_default_str();
   app.add_option("--kv-split-positions", g_kv_splits.positions,
-                 "one KV split per this many positions (0: every split at every step; default: the schedule's, from the "
-                 "model's config kv_split_positions)");
+                 "one KV split per this many positions, up to half the splits, then all of them (0: every split at every "
+                 "step; default: the schedule's, from the model's config kv_split_positions)");
   app.add_option("--short-positions", g_kv_splits.short_positions,
                  "short steps (one split, doing attn_reduce's work) up to this position (0: none; default: the "
                  "schedule's, from the model's config short_positions)");

@@ -104,9 +104,11 @@ struct Instruction {
 static_assert(sizeof(Instruction) == 128);
 
 // How a step splits the attention along the context: one KV split per `positions` cached
-// positions, at most the attention's kv_splits (0: every split at every step); and steps at
-// positions up to `short_positions` are short (0: none): one split per kv head, whose task also
-// does attn_reduce's work and signals for it (Instruction's short signal lists).
+// positions, up to half the attention's kv_splits, then all of them from one and a half times
+// kv_splits * positions on (active_kv_splits, schedules/ops/attention.hpp; 0: every split at
+// every step); and steps at positions up to `short_positions` are short (0: none): one split per
+// kv head, whose task also does attn_reduce's work and signals for it (Instruction's short
+// signal lists).
 struct KvSplitPolicy {
   uint32_t positions;
   uint32_t short_positions;

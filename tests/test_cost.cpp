@@ -96,13 +96,13 @@ TEST_CASE("cost model: only the step's active splits attend; at a short step spl
   CHECK(unit_cost(1, 100) == doctest::Approx(m.task_us));
   const double all99 = unit_cost(0, 100);
   CHECK(all99 > m.task_us);
-  // Position 299: 10 splits of 30 positions; split 0 has 30, split 9 has 29, split 10 none.
-  const double s0 = unit_cost(0, 300), s9 = unit_cost(9, 300);
+  // Position 239: 8 splits of 30 positions; split 0 has 30, split 7 has 29, split 8 none.
+  const double s0 = unit_cost(0, 240), s7 = unit_cost(7, 240);
   CHECK(s0 < all99);
-  CHECK(s9 < s0);
-  CHECK(unit_cost(10, 300) == doctest::Approx(m.task_us));
-  // Each position costs the same: split 9 has one fewer than split 0, the short step 69 more.
-  CHECK(all99 - s0 == doctest::Approx(69 * (s0 - s9)));
+  CHECK(s7 < s0);
+  CHECK(unit_cost(8, 240) == doctest::Approx(m.task_us));
+  // Each position costs the same: split 7 has one fewer than split 0, the short step 69 more.
+  CHECK(all99 - s0 == doctest::Approx(69 * (s0 - s7)));
 }
 
 TEST_CASE("cost model: a bypassed attn_reduce costs next to nothing at a short step only") {

@@ -256,9 +256,10 @@ TEST_CASE("emulator: matches the reference forward pass (teacher forcing, greedy
 
 TEST_CASE("emulator: every number of active KV splits matches the reference (short steps, some splits, all)") {
   // tiny-qwen3 has 4 splits per kv head; (positions per split, short positions): the schedule's
-  // (2, 3) runs short steps (attn_reduce's work done by the attention) to position 3, then 2, 3
-  // and 4 splits; (1, 0) walks 1 to 4 splits with attn_reduce; (32, 0) one split with
-  // attn_reduce; (0, 0) every split at every step; (1000, 1000) every step short.
+  // (2, 3) runs short steps (attn_reduce's work done by the attention) to position 3, then 2
+  // splits, and 4 from position 11 (active_kv_splits: half the splits until a step has one and
+  // a half times as many); (1, 0) walks 1, 2 and 4 splits with attn_reduce; (32, 0) one split
+  // with attn_reduce; (0, 0) every split at every step; (1000, 1000) every step short.
   using mk::schedule::KvSplitPolicy;
   uint64_t seed = 0x5417;
   for (const KvSplitPolicy P : {KvSplitPolicy{mk::schedule::kNone, mk::schedule::kNone}, KvSplitPolicy{1, 0},

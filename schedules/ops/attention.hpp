@@ -42,13 +42,18 @@ struct AttentionPayload {
 };
 
 // The splits a step uses (KvSplitPolicy): one at a short step, else one per `positions` cached
-// positions, at least one, at most S.
+// positions, at least one, up to half of the S splits; and all S once that count reaches one and
+// a half times S. In between a step keeps half: measured on the H200 with S = 16 and splits of 64
+// positions (bench/NOTES.md 80), 8 splits beat 12 at 768 positions and 16 at 1024 (Qwen3-4B -58
+// to -74 us, Llama-3.1-8B -54 to -68, Llama-3.2-1B -13 to -28), tie with 16 at 1536, and lose to
+// 16 at 2048.
 MK_HD inline uint32_t active_kv_splits(const StepContext& c, uint32_t S) {
   const uint32_t P = c.kv_splits.positions;
   if (short_step(c)) return 1;
   if (P == 0) return S;
-  const uint32_t a = c.pos / P + (c.pos % P != 0);
-  return a < 1 ? 1 : a > S ? S : a;
+  const uint32_t a = c.pos / P + (c.pos % P != 0), half = S / 2 ? S / 2 : 1;
+  if (a <= half) return a < 1 ? 1 : a;
+  return uint64_t{2} * a >= uint64_t{3} * S ? S : half;
 }
 
 // Cached positions [begin, end) of split s of the A active ones (empty for s >= A).

@@ -234,9 +234,9 @@ TEST_CASE("whole models: CUDA interpreter vs emulator vs the independent referen
 
 TEST_CASE("whole models at every number of active KV splits: CUDA interpreter vs emulator vs reference") {
   // tiny-qwen3 has 4 splits per kv head (the schedule's policy, short steps to position 3 and
-  // one split per 2 positions past them, runs in the test above). (1, 0) walks 1 to 4 splits
-  // with attn_reduce; (32, 0) one split with attn_reduce; (0, 0) every split at every step;
-  // (1000, 1000) every step short.
+  // one split per 2 positions past them, runs in the test above). (1, 0) walks 1, 2 and 4 splits
+  // with attn_reduce (active_kv_splits); (32, 0) one split with attn_reduce; (0, 0) every split
+  // at every step; (1000, 1000) every step short.
   const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/tiny-qwen3.yaml");
   planner::PlanOptions po;
   po.sm_count = static_cast<uint32_t>(device::cuda_device_sm_count());

@@ -505,13 +505,36 @@ TEST_CASE("op attention and attn_reduce at a short step: one split writes the no
   }
 }
 
+TEST_CASE("active KV splits: one per `positions` up to half the splits, all from one and a half times their count") {
+  using mk::schedule::KvSplitPolicy;
+  auto active = [](uint32_t pos, uint32_t S, KvSplitPolicy policy) {
+    return mk::schedule::active_kv_splits(mk::test::step_context(pos, 1, 1 << 20, 1, policy), S);
+  };
+  const KvSplitPolicy p64{64, 0};
+  // S = 16: 1 to 8 splits by 64 positions, 8 up to position 23 * 64, then 16.
+  for (const auto& [pos, want] : {std::pair{0u, 1u}, {1u, 1u}, {64u, 1u}, {65u, 2u}, {511u, 8u}, {512u, 8u}, {513u, 8u},
+                                  {1023u, 8u}, {1472u, 8u}, {1473u, 16u}, {2047u, 16u}, {100000u, 16u}}) {
+    CAPTURE(pos);
+    CHECK(active(pos, 16, p64) == want);
+  }
+  // Small and odd split counts: S = 4 by 2 positions (1, 2, then 2 until 6 splits' worth, then 4);
+  // S = 3 (half is 1: 1, then 3 from 5 positions); S = 1 always 1.
+  for (const auto& [pos, want] : {std::pair{1u, 1u}, {3u, 2u}, {5u, 2u}, {10u, 2u}, {11u, 4u}}) CHECK(active(pos, 4, {2, 0}) == want);
+  for (const auto& [pos, want] : {std::pair{2u, 1u}, {8u, 1u}, {9u, 3u}}) CHECK(active(pos, 3, {2, 0}) == want);
+  CHECK(active(1000, 1, p64) == 1);
+  // Positions 0 (every split at every step) and a short step (one).
+  CHECK(active(5, 16, {0, 0}) == 16);
+  CHECK(active(300, 16, {64, 300}) == 1);
+  CHECK(active(301, 16, {64, 300}) == 5);
+}
+
 TEST_CASE("op attention and attn_reduce with some splits active: the rest write and read nothing") {
-  // 4 splits, one per 5 positions: 2 active at position 9, 3 at 12; the inactive partials stay
+  // 6 splits, one per 5 positions: 2 active at position 9, 3 at 12; the inactive partials stay
   // poisoned and attn_reduce still gives plain softmax attention (it reads only the active ones).
   std::mt19937 rng(3307);
   for (const auto& [pos, active] : {std::pair{9u, 2u}, std::pair{12u, 3u}}) {
     AttnSetup s;
-    s.splits = 4;
+    s.splits = 6;
     s.pos = pos;
     AttnCase c(s, rng);
     CAPTURE(describe(s));
