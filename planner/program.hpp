@@ -62,7 +62,8 @@ uint32_t auto_kv_splits(uint32_t sm_count, uint32_t kv_heads);
 // line otherwise. The defaults, measured on the H200 (bench/NOTES.md entries 49, 51 and 69):
 // - past the short steps, splits of 64 positions (one or two ring tiles) against 32:
 //   Llama-3.1-8B -51 and -53 us at 512 positions, Llama-3.2-1B -13 and -6 at 512, +14 at 256,
-//   Qwen3-4B -9 at 1024 (96 or 128 positions lost on Llama-3.2-1B);
+//   Qwen3-4B -9 at 1024 (96 or 128 positions lost on Llama-3.2-1B); how many of them a step
+//   uses past half the splits is active_kv_splits' rule (schedules/ops/attention.hpp, entry 80);
 // - short steps (one split per kv head, doing attn_reduce's work) while one kv head's cache, k
 //   and v, is at most kShortStepBytes: 256 positions at head_dim 128, 512 at 64. Against 128
 //   positions: -28 to -70 us at 192 to 320 positions on Llama-3.2-1B, Llama-3.1-8B and Qwen3-4B;
