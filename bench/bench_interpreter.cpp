@@ -1,6 +1,8 @@
 // mkbench: times the CUDA interpreter on a schedule with device-generated random weights.
-// Prints the median step time against the floor (weight + KV bytes at 4.58 TB/s), and the
-// same schedule with every wait removed (what the dependencies cost; results are garbage).
+// Prints the median decode step time against the floor (weight + KV bytes at 4.58 TB/s), as
+// mkrun decodes: launches of kDecodeChunk steps, each step fed the previous one's token on the
+// device. Then one step per launch, and that with every wait removed (what the dependencies
+// cost; results are garbage).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,6 +13,7 @@
 
 #include "schedules/cost.hpp"
 #include "device/cuda/interpreter.hpp"
+#include "device/runtime.hpp"
 #include "schedules/schedule.hpp"
 
 namespace {
@@ -22,17 +25,15 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-constexpr uint32_t kSequence = 64;  // steps launched back to back, tokens fed on the device
-
 uint32_t g_stages = 0;  // --stages: the weight ring's depth, 0 for the executor's choice
 schedule::KvSplitPolicy g_kv_splits{schedule::kNone, schedule::kNone};  // --kv-split-positions, --short-positions
 
-// Median step time of `reps` single launches at position context - 1; with `sequence`, also the
-// mean of kSequence steps launched back to back from `context` on (as mkrun runs them).
-std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t reps, const std::string& trace = "",
-                        double* sequence = nullptr) {
+// Step times in us: with `steps` 1, of `reps` single launches at position context - 1; else
+// per step of `reps` launches of `steps` steps from context - 1 on, each fed the one before's token.
+std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t reps, uint32_t steps,
+                        const std::string& trace = "") {
   device::ExecutorOptions eo;
-  eo.max_context = context + kSequence;
+  eo.max_context = context + steps;
   eo.ring_stages = g_stages;
   eo.kv_splits = g_kv_splits;
   device::CudaExecutor exec(s, eo);
@@ -47,15 +48,8 @@ std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t 
   }
   std::vector<double> us;
   for (uint32_t i = 0; i < reps + 3; ++i) {
-    const double t = exec.timed_step(17, context - 1) * 1e3;
+    const double t = exec.timed_steps(17, context - 1, steps) * 1e3 / steps;
     if (i >= 3) us.push_back(t);  // the first launches pay for module load and cold caches
-  }
-  if (sequence) {
-    (void)exec.tokens(0, 1);  // waits for the device
-    const auto start = std::chrono::steady_clock::now();
-    for (uint32_t pos = context; pos < context + kSequence; ++pos) exec.launch(pos, true);
-    (void)exec.tokens(context, context + kSequence);
-    *sequence = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / kSequence;
   }
   if (!trace.empty()) {  // one more step, traced
     exec.enable_trace(true);
@@ -103,19 +97,20 @@ int main(int argc, char** argv) {
     schedule::Schedule as_run = s;  // the prediction under the policy the runs use (--kv-split-positions, ...)
     as_run.kv_splits = schedule::kv_split_policy(s, g_kv_splits);
     const double predicted = schedule::predict_step_us(as_run, context);
-    double sequence = 0;
-    const double full = median(run(s, context, reps, trace, &sequence));
+    const double full = median(run(s, context, reps, device::kDecodeChunk, trace));
+    const double single = median(run(s, context, reps, 1));
     schedule::Schedule free = s;
     for (schedule::Instruction& inst : free.instructions) inst.wait_count = inst.short_wait_count = 0;
-    const double no_waits = median(run(free, context, reps));
+    const double no_waits = median(run(free, context, reps, 1));
     std::cout.precision(4);
     std::cout << path << " at context " << context << ": weights " << weight_bytes / 1e9 << " GB + KV " << kv_bytes / 1e9
               << " GB, floor " << floor_us << " us\n"
-              << "  step (median of " << reps << "): " << full << " us = " << floor_us / full * 100 << " % of the floor, "
-              << (weight_bytes + kv_bytes) / full / 1e6 << " TB/s\n"
-              << "  same without waits:  " << no_waits << " us = " << floor_us / no_waits * 100 << " % of the floor\n"
-              << "  " << kSequence << " steps back to back (tokens fed on the device, host clock): " << sequence
-              << " us per step\n"
+              << "  step (median of " << reps << ", " << device::kDecodeChunk
+              << " steps a launch, tokens fed on the device): " << full << " us = " << floor_us / full * 100
+              << " % of the floor, " << (weight_bytes + kv_bytes) / full / 1e6 << " TB/s\n"
+              << "  one step a launch (median of " << reps << "): " << single << " us\n"
+              << "  same without waits (one step a launch): " << no_waits << " us = " << floor_us / no_waits * 100
+              << " % of the floor\n"
               << "  the cost model (schedules/cost.hpp) predicts " << predicted << " us: measured / predicted = "
               << full / predicted << "\n";
   } catch (const std::exception& e) {

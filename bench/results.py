@@ -15,7 +15,7 @@ a = ap.parse_args()
 text = open(a.log, encoding="utf-8", errors="replace").read()
 
 bench, floor, baseline, mkrun = {}, {}, {}, {}
-for m in re.finditer(r"\[(\S+), (\S+), context (\d+)\]\n(.*?)step \(median of \d+\): ([\d.e+]+) us", text, re.S):
+for m in re.finditer(r"\[(\S+), (\S+), context (\d+)\]\n(.*?)step \(median of \d+[^)]*\): ([\d.e+]+) us", text, re.S):
     model, policy, ctx, body, us = m.groups()
     if policy == "round-robin":
         bench[(model, int(ctx))] = float(us)

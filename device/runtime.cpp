@@ -188,9 +188,8 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
     }
     return true;
   };
-  // Logits are per step, so keeping them runs one step at a time; else chunks of kChunk steps.
-  constexpr uint32_t kChunk = 16;
-  const uint32_t chunk = opt.keep_logits ? 1 : kChunk;
+  // Logits are per step, so keeping them runs one step at a time; else chunks of kDecodeChunk steps.
+  const uint32_t chunk = opt.keep_logits ? 1 : kDecodeChunk;
   for (uint32_t done = 0; done < steps;) {
     if (done == prompt - 1) decode_start = std::chrono::steady_clock::now();
     // The prompt's steps up to the last one, then the rest: decode time starts at that step.

@@ -65,6 +65,10 @@ std::unique_ptr<Backend> make_cuda_backend(const schedule::Schedule&, const Chec
 #endif
 bool cuda_available();  // a GPU is present and this build has the CUDA interpreter
 
+// Decode steps run per Backend::run call when no step's logits are kept: the host reads the
+// tokens back (and checks for a stop token) once per chunk; on the GPU a chunk is one launch.
+inline constexpr uint32_t kDecodeChunk = 16;
+
 struct GenerateOptions {
   std::vector<int32_t> prompt;  // at least one token
   uint32_t tokens = 16;         // greedy tokens to produce

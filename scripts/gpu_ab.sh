@@ -38,7 +38,7 @@ for spec in "${specs[@]}"; do
     ex=examples; [ -d "$bin/examples" ] && ex=$bin/examples  # a build may bring the examples it was made for
     [ -f "/tmp/mk-ab/$v/$1.bin" ] || "$bin/mkplan" "$ex/$1.yaml" -o "/tmp/mk-ab/$v/$1.bin" --sms 132 -q
     echo "$v $1 @$2: $(timeout 90 "$bin/mkbench" "/tmp/mk-ab/$v/$1.bin" --context "$2" --reps 30 ${args[v]} 2>&1 |
-      grep -E "step \(|without|back to back" | tr -s ' ' | tr '\n' ' ')"
+      grep -E "step \(|a launch|without" | tr -s ' ' | tr '\n' ' ')"
   done
   for ((v = ${TRACE_BASE:-1}; v < ${#bins[@]}; ++v)); do
     [ "${TRACE:-0}" = 1 ] || break

@@ -37,7 +37,7 @@ class CudaBackend : public Backend {
   }
 
   void run(uint32_t first, uint32_t count, uint32_t fed_from) override {
-    for (uint32_t pos = first; pos < first + count; ++pos) exec_.launch(pos, pos + 1 >= fed_from);
+    exec_.launch(first, count, fed_from);
   }
 
   std::vector<int32_t> history(uint32_t begin, uint32_t end) override { return exec_.tokens(begin, end); }

@@ -27,26 +27,41 @@ void check(cudaError_t e, const char* what) {
 }
 
 struct ErrorRecord {
-  uint32_t code;  // 0: none, 1: watchdog
+  uint32_t code;  // 0: none, 1: a counter's wait timed out, 2: the wait for the previous step
   uint32_t sm, instruction, task, counter, value, target, pad;
 };
 
 struct KernelParams {
-  // The queues as the step waits and signals: at a short step (schedules/format.hpp) a copy of
-  // them whose wait and signal lists are the short ones, chosen by the host at launch, so that
-  // the kernel never chooses between two lists.
+  // The SMs' queues. A short step (schedules/format.hpp) takes each instruction's short wait
+  // and signal lists: the kernel's loop chooses, from a flag, never an op body.
   const schedule::Instruction* instructions;
   const uint32_t* sm_offsets;
   const schedule::Wait* waits;
   const uint32_t* signals;
   uint32_t* counters;
+  // Every SM adds one here after each step's last signal: the step with generation g + 1 starts
+  // on an SM once it reaches sm_count * g (a launch's first step finds it there already).
+  uint32_t* steps_done;
   TensorTable tensors;
-  schedule::StepContext ctx;
+  schedule::StepContext ctx;  // of the launch's first step
+  uint32_t steps;             // steps in this launch, at positions ctx.pos, ctx.pos + 1, ...
+  uint32_t fed_from;          // the step at position q writes its token to history[q + 1] when q + 1 >= fed_from
+  int32_t* history;           // the token history: position q decodes history[q]
   ErrorRecord* error;
   uint64_t timeout_ns;
   uint32_t ring_stages;
-  uint64_t* trace;  // optional: per instruction kTraceSlots globaltimer values (device/trace.hpp)
+  uint64_t* trace;  // optional (one-step launches): per instruction kTraceSlots globaltimer values (device/trace.hpp)
 };
+
+// Step s of the launch: its position, its counters' generation, its token and where its own goes.
+__device__ __forceinline__ schedule::StepContext step_context(const KernelParams& p, uint32_t s) {
+  schedule::StepContext c = p.ctx;
+  c.pos += s;
+  c.generation += s;
+  c.tokens = p.history + c.pos;
+  c.next_tokens = c.pos + 1 >= p.fed_from ? p.history + c.pos + 1 : nullptr;
+  return c;
+}
 
 // Counters are polled with relaxed loads, not acquire ones. An acquire also empties the SM's L1
 // (the compiler follows it with CCTL.IVALL), and with it the tensor table, the instruction queue
@@ -75,37 +90,43 @@ __device__ __forceinline__ uint64_t global_timer() {
   return t;
 }
 
+// Polls a counter (`counter`, or steps_done for ~0u) until it reaches `target`; false if the
+// launch is being aborted: this wait timed out (recorded with code, a and b, the counter's
+// value and the target) or another SM's did.
+__device__ __forceinline__ bool poll_until(const KernelParams& p, uint32_t counter, uint32_t target, uint32_t code, uint32_t a,
+                                           uint32_t b) {
+  const uint32_t* at = counter < ~0u ? p.counters + counter : p.steps_done;
+  if (load_counter(at) >= target) return true;
+  const uint64_t start = global_timer();
+  uint32_t value;
+  for (uint32_t spin = 1; (value = load_counter(at)) < target; ++spin) {
+    if (spin % kAbortCheck) {  // the abort flag and the clock only on every kAbortCheck-th poll
+      __nanosleep(32);
+      continue;
+    }
+    if (*static_cast<volatile uint32_t*>(&p.error->code) != 0) return false;
+    if (global_timer() - start > p.timeout_ns) {
+      if (atomicCAS(&p.error->code, 0u, code) == 0) {
+        *p.error = ErrorRecord{code, blockIdx.x, a, b, counter, value, target, 0};
+        __threadfence();
+      }
+      return false;
+    }
+  }
+  return true;
+}
+
 // Warp 0 waits for every counter of the instruction, lane k for waits k, k + 32, ...: the
 // counters are polled side by side, so an op with several waits (attention: its q, k and v
 // chunks) pays one round trip to L2, not one per counter. False in every lane if the launch is
 // being aborted (one of these waits timed out, or another SM's did).
-__device__ bool counter_wait(const KernelParams& p, const schedule::Instruction& inst, uint32_t slot) {
-  const uint32_t generation = p.ctx.generation, lane = threadIdx.x % 32;
+__device__ bool counter_wait(const KernelParams& p, const schedule::Instruction& inst, uint32_t slot, uint32_t generation,
+                             bool brief) {
+  const uint32_t count = brief ? inst.short_wait_count : inst.wait_count;  // the short waits: the first ones
   bool ok = true;
-  for (uint32_t k = lane; ok && k < inst.wait_count; k += 32) {
+  for (uint32_t k = threadIdx.x % 32; ok && k < count; k += 32) {
     const schedule::Wait w = p.waits[inst.wait_begin + k];
-    const uint32_t target = w.target * generation;
-    if (load_counter(p.counters + w.counter) >= target) continue;
-    const uint64_t start = global_timer();
-    uint32_t value;
-    for (uint32_t spin = 1; (value = load_counter(p.counters + w.counter)) < target; ++spin) {
-      if (spin % kAbortCheck) {  // the abort flag and the clock only on every kAbortCheck-th poll
-        __nanosleep(32);
-        continue;
-      }
-      if (*static_cast<volatile uint32_t*>(&p.error->code) != 0) {
-        ok = false;
-        break;
-      }
-      if (global_timer() - start > p.timeout_ns) {
-        if (atomicCAS(&p.error->code, 0u, 1u) == 0) {
-          *p.error = ErrorRecord{1, blockIdx.x, slot, inst.task, w.counter, value, target, 0};
-          __threadfence();
-        }
-        ok = false;
-        break;
-      }
-    }
+    ok = poll_until(p, w.counter, w.target * generation, 1, slot, inst.task);
   }
   return __all_sync(0xffffffffu, ok);
 }
@@ -135,12 +156,14 @@ __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefe
 // i + 1's waits and signals (its record was asked for one instruction earlier, so reading where
 // they are is an L1 hit). Each is read once per launch, so without this every wait began with
 // two dependent round trips to L2, the record and then its waits, before the first poll.
-__device__ void prefetch_queue(const KernelParams& p, uint32_t i, uint32_t end) {
+__device__ void prefetch_queue(const KernelParams& p, uint32_t i, uint32_t end, bool brief) {
   if (i + 2 < end) prefetch_l1(p.instructions + i + 2);
   if (i + 1 < end) {
     const schedule::Instruction& next = p.instructions[i + 1];
-    if (next.wait_count) prefetch_l1(p.waits + next.wait_begin);  // an empty list may begin past the array's end
-    if (next.signal_count) prefetch_l1(p.signals + next.signal_begin);
+    if (brief ? next.short_wait_count : next.wait_count)  // an empty list may begin past the array's end
+      prefetch_l1(p.waits + next.wait_begin);
+    if (brief ? next.short_signal_count : next.signal_count)
+      prefetch_l1(p.signals + (brief ? next.short_signal_begin : next.signal_begin));
   }
 }
 
@@ -148,12 +171,13 @@ __device__ void prefetch_queue(const KernelParams& p, uint32_t i, uint32_t end) 
 // makes every thread's writes visible device-wide before the increment is. A counter listed n
 // times in a row (a task signalling for the attn_reduce tasks it does at short steps) gets one
 // increment of n: each release waits for the SM's copies in flight.
-__device__ void counter_signal(const KernelParams& p, const schedule::Instruction& inst) {
-  const uint32_t* list = p.signals + inst.signal_begin;
-  for (uint32_t k = 0; k < inst.signal_count;) {
+__device__ void counter_signal(const KernelParams& p, const schedule::Instruction& inst, bool brief) {
+  const uint32_t* list = p.signals + (brief ? inst.short_signal_begin : inst.signal_begin);
+  const uint32_t count = brief ? inst.short_signal_count : inst.signal_count;
+  for (uint32_t k = 0; k < count;) {
     const uint32_t c = list[k];
     uint32_t n = 1;
-    while (k + n < inst.signal_count && list[k + n] == c) ++n;
+    while (k + n < count && list[k + n] == c) ++n;
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p.counters + c), "r"(n) : "memory");
     k += n;
   }
@@ -173,17 +197,28 @@ __device__ void execute(const schedule::Instruction& inst, const schedule::StepC
 }
 
 // The producer warp's loop: the weight tiles of every instruction of this SM, in queue order,
-// each into the next ring stage once that stage's previous tile has been consumed. It never
-// waits on a counter; it stops early only if the launch is aborted.
-__device__ void produce_weights(const KernelParams& p, WeightRing ring) {
+// step after step, each into the next ring stage once that stage's previous tile has been
+// consumed. It never waits on a counter, so the next step's first weights stream while this
+// step ends. Tiles that read what an earlier step of the launch wrote (the KV cache: positions
+// up to the previous one) wait until this SM's compute warps have seen every SM finish that
+// step (`step_open`). It stops early only if the launch is aborted.
+__device__ void produce_weights(const KernelParams& p, WeightRing ring, const volatile uint32_t* step_open) {
   const uint32_t begin = p.sm_offsets[blockIdx.x], end = p.sm_offsets[blockIdx.x + 1];
   uint32_t stage = 0, parity = 1;  // tile k: stage k % count; its stage was freed in phase k / count - 1
   bool first_round = true;
   const uint64_t policy = evict_first_policy();  // every tile is read once per step
   uint32_t polls = 0;
   auto aborted = [&] { return ++polls % kAbortCheck == 0 && *static_cast<volatile uint32_t*>(&p.error->code) != 0; };
-  auto stream = [&](const auto& tiles) {
+  auto stream = [&](const auto& tiles, uint32_t step) {
     const uint32_t n = tiles.count();
+    if (n && reads_earlier_steps(tiles) && *step_open < step) {
+      while (*step_open < step)
+        if (aborted()) return false;
+      // The compute warps saw the other SMs' writes (ordinary stores) before they opened the
+      // step; the bulk copies read through the async proxy.
+      __threadfence_block();
+      asm volatile("fence.proxy.async.global;" ::: "memory");
+    }
     for (uint32_t j = 0; j < n; ++j) {
       const WeightTile t = tiles.at(j);
       while (ring.paused())
@@ -200,19 +235,22 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring) {
     }
     return true;
   };
-  for (uint32_t i = begin; i < end; ++i) {
-    const schedule::Instruction& inst = p.instructions[i];
-    bool ok = true;
-    switch (static_cast<schedule::Opcode>(inst.opcode)) {
-#define MK_OP(name, code, payload)                                                           \
-  case schedule::Opcode::name:                                                               \
-    ok = stream(gpu_tiles(schedule::payload_as<schedule::payload>(inst), p.ctx, p.tensors)); \
+  for (uint32_t s = 0; s < p.steps; ++s) {
+    for (uint32_t i = begin; i < end; ++i) {
+      const schedule::StepContext ctx = step_context(p, s);  // made here: held across the loop, it spilled
+      const schedule::Instruction& inst = p.instructions[i];
+      bool ok = true;
+      switch (static_cast<schedule::Opcode>(inst.opcode)) {
+#define MK_OP(name, code, payload)                                                            \
+  case schedule::Opcode::name:                                                                \
+    ok = stream(gpu_tiles(schedule::payload_as<schedule::payload>(inst), ctx, p.tensors), s); \
     break;
 #include "schedules/op_table.def"
 #undef MK_OP
-      default: break;
+        default: break;
+      }
+      if (!ok) return;
     }
-    if (!ok) return;
   }
 }
 
@@ -221,47 +259,71 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
   __shared__ schedule::Instruction inst;
   __shared__ bool go;
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
-  __shared__ uint32_t quiet;  // WeightRing::quiet
+  __shared__ uint32_t quiet;      // WeightRing::quiet
+  __shared__ uint32_t step_open;  // the launch's steps whose previous step every SM has finished
+  // The step's context, in shared memory rather than the loop's registers (held there, it
+  // made the kernel spill).
+  __shared__ schedule::StepContext step;
   const uint32_t share = max(1u, kWarps / p.ring_stages);
   if (threadIdx.x == 0) {
     for (uint32_t s = 0; s < p.ring_stages; ++s) mbar_init(full + s, 1), mbar_init(empty + s, kWarps);
     mbar_fence_init();
     quiet = 0;
+    step_open = 0;
+    step = step_context(p, 0);
   }
   __syncthreads();
   WeightRing ring{smem, p.ring_stages, full, empty, share, 0, &quiet};
   if (threadIdx.x / 32 == kWarps) {  // the producer warp
-    if (threadIdx.x % 32 == 0) produce_weights(p, ring);
+    if (threadIdx.x % 32 == 0) produce_weights(p, ring, &step_open);
     return;
   }
   BlockContext bc{smem + p.ring_stages * kStageBytes, ring, nullptr};
   const uint32_t begin = p.sm_offsets[blockIdx.x], end = p.sm_offsets[blockIdx.x + 1];
-  // Warp 0 waits for instruction i while thread 32 still signals instruction i - 1: the
-  // release of one and the wait for the next overlap instead of queueing on one thread.
-  for (uint32_t i = begin; i < end; ++i) {
-    if (threadIdx.x < sizeof(schedule::Instruction) / 4)
-      reinterpret_cast<uint32_t*>(&inst)[threadIdx.x] = reinterpret_cast<const uint32_t*>(p.instructions + i)[threadIdx.x];
-    if (threadIdx.x < 32) {
-      if (p.trace && threadIdx.x == 0) p.trace[kTraceSlots * i] = global_timer();
-      const bool ok = counter_wait(p, p.instructions[i], i - begin);
+  for (uint32_t s = 0; s < p.steps; ++s) {
+    if (s > 0) {
+      // Every SM finished the previous step: its token is written, and none of its tasks still
+      // reads what this step overwrites. The argmax ends the step anyway, so this costs a hop.
       if (threadIdx.x == 0) {
-        go = ok;
-        if (p.trace) p.trace[kTraceSlots * i + 1] = global_timer();
+        const uint32_t target = gridDim.x * step.generation;
+        go = poll_until(p, ~0u, target, 2, step.pos + 1, 0);  // ~0u: steps_done
+        step = step_context(p, s);
+        __threadfence();  // with the poll: what the other SMs wrote before they counted, before the producer's copies
+        atomicExch(&step_open, s);  // atomic against the producer's read, as WeightRing::quiet
       }
-    } else if (threadIdx.x >= 64) {
-      if (threadIdx.x == 64) prefetch_queue(p, i, end);
-      prefetch_body_weights(p.instructions + i, p.tensors.base, p.ctx.pos);
+      block_sync();
+      if (!go) return;
     }
-    block_sync();
-    if (!go) return;
-    bc.trace = p.trace ? p.trace + kTraceSlots * i : nullptr;
-    execute(inst, p.ctx, p.tensors, bc);
-    block_sync();
-    if (threadIdx.x == 32) {
-      counter_signal(p, p.instructions[i]);
-      if (p.trace) p.trace[kTraceSlots * i + 2] = global_timer();
-      ring.resume(32);
+    const bool brief = schedule::short_step(step);  // the short wait and signal lists
+    // Warp 0 waits for instruction i while thread 32 still signals instruction i - 1: the
+    // release of one and the wait for the next overlap instead of queueing on one thread.
+    for (uint32_t i = begin; i < end; ++i) {
+      if (threadIdx.x < sizeof(schedule::Instruction) / 4)
+        reinterpret_cast<uint32_t*>(&inst)[threadIdx.x] = reinterpret_cast<const uint32_t*>(p.instructions + i)[threadIdx.x];
+      if (threadIdx.x < 32) {
+        if (p.trace && threadIdx.x == 0) p.trace[kTraceSlots * i] = global_timer();
+        const bool ok = counter_wait(p, p.instructions[i], i - begin, step.generation, brief);
+        if (threadIdx.x == 0) {
+          go = ok;
+          if (p.trace) p.trace[kTraceSlots * i + 1] = global_timer();
+        }
+      } else if (threadIdx.x >= 64) {
+        if (threadIdx.x == 64) prefetch_queue(p, i, end, brief);
+        prefetch_body_weights(p.instructions + i, p.tensors.base, step.pos);
+      }
+      block_sync();
+      if (!go) return;
+      bc.trace = p.trace ? p.trace + kTraceSlots * i : nullptr;
+      execute(inst, step, p.tensors, bc);
+      block_sync();
+      if (threadIdx.x == 32) {
+        counter_signal(p, p.instructions[i], brief);
+        if (p.trace) p.trace[kTraceSlots * i + 2] = global_timer();
+        ring.resume(32);
+      }
     }
+    if (threadIdx.x == 32)  // after this SM's last signal of the step, by the thread that sent it
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.steps_done) : "memory");
   }
 }
 
@@ -305,7 +367,7 @@ struct CudaExecutor::State {
   std::vector<size_t> sizes;
   KernelParams params{};
   void** tensor_table = nullptr;
-  const schedule::Instruction* instructions[2] = {};  // device copies: regular, short steps
+
   ErrorRecord* error = nullptr;
   int32_t* history = nullptr;  // [max_context + 1] token ids
   uint32_t generation = 0;
@@ -317,7 +379,7 @@ struct CudaExecutor::State {
   size_t trace_bytes() const { return std::max<size_t>(1, s->instructions.size()) * kTraceSlots * sizeof(uint64_t); }
 
   void reset_counters() {
-    check(cudaMemsetAsync(params.counters, 0, std::max<size_t>(1, s->counter_count) * 4, stream), "counter reset");
+    check(cudaMemsetAsync(params.counters, 0, (s->counter_count + 1) * 4, stream), "counter reset");  // and steps_done
     check(cudaMemsetAsync(error, 0, sizeof(ErrorRecord), stream), "error reset");
     check(cudaStreamSynchronize(stream), "counter reset");
     generation = 0;
@@ -357,6 +419,7 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
     throw CudaError(o.str());
   }
   for (const schedule::Instruction& inst : s.instructions) st_->shared = std::max(st_->shared, instruction_shared_bytes(inst));
+  st_->max_target = s.sm_count;  // KernelParams::steps_done
   for (const schedule::Wait& w : s.waits) st_->max_target = std::max(st_->max_target, w.target);
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -396,22 +459,17 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   }
   st_->tensor_table = device_copy(st_->buffers, "tensor table");
   KernelParams& p = st_->params;
-  std::vector<schedule::Instruction> short_steps = s.instructions;
-  for (schedule::Instruction& inst : short_steps) {
-    inst.signal_begin = inst.short_signal_begin;
-    inst.signal_count = inst.short_signal_count;
-    inst.wait_count = inst.short_wait_count;  // a bypassed task runs at once, doing nothing
-  }
-  st_->instructions[0] = device_copy(s.instructions, "instructions");
-  st_->instructions[1] = device_copy(short_steps, "instructions");
+  p.instructions = device_copy(s.instructions, "instructions");
   p.sm_offsets = device_copy(s.sm_offsets, "sm_offsets");
   p.waits = device_copy(s.waits, "waits");
   p.signals = device_copy(s.signals, "signals");
-  check(cudaMalloc(&p.counters, std::max<size_t>(1, s.counter_count) * 4), "counters");
+  check(cudaMalloc(&p.counters, (s.counter_count + 1) * 4), "counters");
+  p.steps_done = p.counters + s.counter_count;
   check(cudaMalloc(&st_->error, sizeof(ErrorRecord)), "error record");
   check(cudaMalloc(&st_->history, (uint64_t{opt.max_context} + 1) * sizeof(int32_t)), "token history");
   check(cudaMemset(st_->history, 0xff, (uint64_t{opt.max_context} + 1) * sizeof(int32_t)), "token history");
   p.tensors = TensorTable{st_->tensor_table, static_cast<uint32_t>(s.tensors.size())};
+  p.history = st_->history;
   p.error = st_->error;
   p.timeout_ns = static_cast<uint64_t>(opt.watchdog_seconds * 1e9);
   p.ring_stages = st_->stages;
@@ -422,7 +480,7 @@ CudaExecutor::~CudaExecutor() {
   // Errors are ignored here: a destructor cannot report them and the process may be exiting.
   for (void* b : st_->buffers) cudaFree(b);
   cudaFree(st_->tensor_table);
-  for (const schedule::Instruction* q : st_->instructions) cudaFree(const_cast<schedule::Instruction*>(q));
+  cudaFree(const_cast<schedule::Instruction*>(st_->params.instructions));
   cudaFree(const_cast<uint32_t*>(st_->params.sm_offsets));
   cudaFree(const_cast<schedule::Wait*>(st_->params.waits));
   cudaFree(const_cast<uint32_t*>(st_->params.signals));
@@ -464,20 +522,27 @@ std::vector<int32_t> CudaExecutor::tokens(uint32_t begin, uint32_t end) {
   return out;
 }
 
-void CudaExecutor::launch(uint32_t pos, bool feed) {
-  if (pos >= st_->opt.max_context)
-    throw CudaError("position " + std::to_string(pos) + " is beyond the KV cache (" + std::to_string(st_->opt.max_context) + ")");
-  // Monotonic counters: targets scale with the generation; zero them before they could wrap.
-  if (uint64_t{st_->generation + 1} * st_->max_target >= 0xffffffffull) st_->reset_counters();
-  KernelParams p = st_->params;
-  p.ctx = schedule::StepContext{pos, st_->opt.max_context, ++st_->generation, 1,
-                                schedule::kv_split_policy(*st_->s, st_->opt.kv_splits), st_->history + pos,
-                                feed ? st_->history + pos + 1 : nullptr, p.counters};
-  p.instructions = st_->instructions[schedule::short_step(p.ctx)];
-  if (p.trace)  // an instruction whose body marks nothing this step (no active unit) keeps no old marks
-    check(cudaMemsetAsync(p.trace, 0, st_->trace_bytes(), st_->stream), "trace reset");
-  interpreter_kernel<<<st_->s->sm_count, kBlockThreads, st_->shared, st_->stream>>>(p);
-  check(cudaGetLastError(), "interpreter launch");
+void CudaExecutor::launch(uint32_t first, uint32_t count, uint32_t fed_from) {
+  if (count == 0) return;
+  if (uint64_t{first} + count > st_->opt.max_context)
+    throw CudaError("position " + std::to_string(uint64_t{first} + count - 1) + " is beyond the KV cache (" +
+                    std::to_string(st_->opt.max_context) + ")");
+  // A traced launch runs one step: the trace holds one record per instruction.
+  const uint32_t per_launch = st_->params.trace ? 1 : count;
+  for (uint32_t done = 0; done < count; done += per_launch) {
+    // Monotonic counters: targets scale with the generation; zero them before they could wrap.
+    if ((uint64_t{st_->generation} + per_launch) * st_->max_target >= 0xffffffffull) st_->reset_counters();
+    KernelParams p = st_->params;
+    p.ctx = schedule::StepContext{first + done, st_->opt.max_context, st_->generation + 1, 1,
+                                  schedule::kv_split_policy(*st_->s, st_->opt.kv_splits), nullptr, nullptr, p.counters};
+    p.steps = per_launch;
+    p.fed_from = fed_from;
+    st_->generation += per_launch;
+    if (p.trace)  // an instruction whose body marks nothing this step (no active unit) keeps no old marks
+      check(cudaMemsetAsync(p.trace, 0, st_->trace_bytes(), st_->stream), "trace reset");
+    interpreter_kernel<<<st_->s->sm_count, kBlockThreads, st_->shared, st_->stream>>>(p);
+    check(cudaGetLastError(), "interpreter launch");
+  }
 }
 
 void CudaExecutor::finish() {
@@ -487,6 +552,13 @@ void CudaExecutor::finish() {
   if (e.code == 0) return;
   st_->reset_counters();
   const schedule::Schedule& s = *st_->s;
+  if (e.code == 2) {
+    std::ostringstream o;
+    o << "watchdog: SM " << e.sm << " waited more than " << st_->opt.watchdog_seconds
+      << " s for every SM to finish the step before position " << e.instruction << "; " << e.value << " of " << e.target
+      << " step ends were counted";
+    throw WatchdogError(o.str(), WatchdogReport{e.sm, 0, 0, e.counter, e.value, e.target});
+  }
   const schedule::Instruction& inst = s.instructions[s.sm_offsets[e.sm] + e.instruction];
   std::ostringstream o;
   o << "watchdog: SM " << e.sm << " instruction " << e.instruction << " (task " << e.task << ", op '"
@@ -496,12 +568,16 @@ void CudaExecutor::finish() {
 }
 
 float CudaExecutor::timed_step(int32_t token, uint32_t pos) {
+  return timed_steps(token, pos, 1);
+}
+
+float CudaExecutor::timed_steps(int32_t token, uint32_t pos, uint32_t count) {
   set_tokens(pos, &token, 1);
   cudaEvent_t a, b;
   check(cudaEventCreate(&a), "cudaEventCreate");
   check(cudaEventCreate(&b), "cudaEventCreate");
   check(cudaEventRecord(a, st_->stream), "cudaEventRecord");
-  launch(pos, false);
+  launch(pos, count, pos + 1);
   check(cudaEventRecord(b, st_->stream), "cudaEventRecord");
   finish();
   float ms = 0;
@@ -546,7 +622,7 @@ void CudaExecutor::fill_random(uint32_t tensor, uint32_t seed, float scale) {
 
 void CudaExecutor::step(int32_t token, uint32_t pos) {
   set_tokens(pos, &token, 1);
-  launch(pos, false);
+  launch(pos, 1, pos + 2);
   finish();
 }
 

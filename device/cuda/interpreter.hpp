@@ -50,9 +50,12 @@ class CudaExecutor {
   // The token history on the device: position p decodes history[p] (max_context + 1 entries).
   void set_tokens(uint32_t first, const int32_t* ids, uint32_t n);
   std::vector<int32_t> tokens(uint32_t begin, uint32_t end);  // waits for the launches (finish)
-  // Launches the step at `pos` without waiting; with `feed`, its greedy token goes to
-  // history[pos + 1], the next step's input, on the device. finish() waits and checks.
-  void launch(uint32_t pos, bool feed);
+  // Launches the steps at positions [first, first + count) as one kernel, without waiting: the
+  // step at q writes its greedy token to history[q + 1], the next step's input, when q + 1 >=
+  // fed_from. Between steps the SMs wait for each other (the next step's first weights stream
+  // meanwhile) instead of for a new launch. With tracing on, one launch per step. finish()
+  // waits and checks.
+  void launch(uint32_t first, uint32_t count, uint32_t fed_from);
   // Throws WatchdogError (after which the executor has reset its counters and stays usable) or
   // CudaError.
   void finish();
@@ -60,6 +63,8 @@ class CudaExecutor {
   void step(int32_t token, uint32_t pos);
   // One step timed with device events (milliseconds of GPU time, launch to completion).
   float timed_step(int32_t token, uint32_t pos);
+  // `count` steps from `pos` in one launch, each fed the previous one's token; milliseconds in all.
+  float timed_steps(int32_t token, uint32_t pos, uint32_t count);
   // Fills a tensor with deterministic pseudo-random values (bf16 or f32, std about `scale`),
   // for benchmarks that need no checkpoint.
   void fill_random(uint32_t tensor, uint32_t seed, float scale);

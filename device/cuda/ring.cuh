@@ -146,6 +146,14 @@ struct NoTiles {
   __device__ uint32_t count() const { return 0; }
   __device__ WeightTile at(uint32_t) const { return WeightTile{}; }
 };
+// Tiles that read what an earlier step wrote (the KV cache) rather than weights say so with a
+// member `static constexpr bool kReadsEarlierSteps = true`: in a launch of several steps the
+// producer holds them until every SM has finished the previous step.
+template <class Tiles>
+__device__ constexpr bool reads_earlier_steps(const Tiles&) {
+  if constexpr (requires { Tiles::kReadsEarlierSteps; }) return Tiles::kReadsEarlierSteps;
+  else return false;
+}
 template <class Payload>
 __device__ NoTiles gpu_tiles(const Payload&, const schedule::StepContext&, const TensorTable&) {
   return {};

@@ -16,6 +16,7 @@ namespace mk::device {
 __device__ __host__ inline uint32_t attention_tile_positions(uint32_t hd) { return kStageBytes / 4 / hd / 16 * 16; }
 
 struct AttentionTiles {
+  static constexpr bool kReadsEarlierSteps = true;  // the previous position: the step before's qkv
   const uint16_t* k;  // the caches
   const uint16_t* v;
   uint32_t unit_begin, unit_end, S, A, pos, max_context, hd, per;  // A: the step's active splits

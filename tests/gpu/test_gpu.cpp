@@ -232,6 +232,50 @@ TEST_CASE("whole models: CUDA interpreter vs emulator vs the independent referen
   }
 }
 
+TEST_CASE("launches of several steps (mkrun's chunks): the tokens of one step a launch and of the emulator, the prompt kept") {
+  // A launch runs kDecodeChunk steps, each SM waiting for every SM between them while its
+  // producer already streams the next step's weights; the cache tiles of the previous position
+  // wait for that step to end everywhere. Tiny models' short queues put the next step's cache
+  // tiles right behind the LM head's, so a tile read too early would read the poisoned
+  // (NaN) cache. The prompt's steps run in launches too, writing no tokens over it; tiny-qwen3
+  // crosses from short steps to split ones inside a launch.
+  const int sms = device::cuda_device_sm_count();
+  for (const char* example : {"tiny-llama.yaml", "tiny-qwen3.yaml"}) {
+    const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/" + example);
+    const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
+    const schedule::Schedule& s = plan.schedule;
+    TempDir dir(std::string("chunks_") + model.name);
+    device::write_random_checkpoint(s, dir.path, 4545);
+    const device::Checkpoint ckpt = device::Checkpoint::open(dir.path);
+    for (const uint32_t prompt_len : {3u, 300u}) {
+      CAPTURE(prompt_len);
+      device::RuntimeOptions ro;
+      ro.max_context = prompt_len + 64;
+      device::GenerateOptions go;
+      std::mt19937 rng(prompt_len);
+      const uint64_t vocab = s.tensors[s.logits_tensor].elements();
+      for (uint32_t i = 0; i < prompt_len; ++i) go.prompt.push_back(static_cast<int32_t>(rng() % vocab));
+      go.tokens = 50;  // 52 or 349 steps: launches of 16 and a shorter last one
+      auto gpu = device::make_cuda_backend(s, ckpt, ro);
+      auto emu = device::make_emulator_backend(s, ckpt, ro);
+      const auto g = device::generate(*gpu, s, go, ro.max_context);
+      const auto e = device::generate(*emu, s, go, ro.max_context);
+      REQUIRE(g.tokens.size() == go.tokens);
+      CHECK(g.tokens == e.tokens);
+      const uint32_t steps = prompt_len + go.tokens - 1;
+      const std::vector<int32_t> chunked = gpu->history(0, steps + 1);
+      CHECK(std::vector<int32_t>(chunked.begin(), chunked.begin() + prompt_len) == go.prompt);
+      // The same steps one launch each.
+      auto single = device::make_cuda_backend(s, ckpt, ro);
+      single->set_tokens(0, go.prompt);
+      for (uint32_t pos = 0; pos < steps; ++pos) single->run(pos, 1, prompt_len);
+      CHECK(single->history(0, steps + 1) == chunked);
+      MESSAGE(model.name, ": ", steps, " steps after a ", prompt_len, "-token prompt in launches of ", device::kDecodeChunk,
+              ": the tokens of one step a launch and of the emulator");
+    }
+  }
+}
+
 TEST_CASE("whole models at every number of active KV splits: CUDA interpreter vs emulator vs reference") {
   // tiny-qwen3 has 4 splits per kv head (the schedule's policy, short steps to position 3 and
   // one split per 2 positions past them, runs in the test above). (1, 0) walks 1, 2 and 4 splits
