@@ -261,6 +261,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
   __shared__ uint32_t quiet;      // WeightRing::quiet
   __shared__ uint32_t step_open;  // the launch's steps whose previous step every SM has finished
+  __shared__ bool step_go;  // the wait for the previous step ended (not `go`: the first wait writes that unsynchronised)
   // The step's context, in shared memory rather than the loop's registers (held there, it
   // made the kernel spill).
   __shared__ schedule::StepContext step;
@@ -286,13 +287,13 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
       // reads what this step overwrites. The argmax ends the step anyway, so this costs a hop.
       if (threadIdx.x == 0) {
         const uint32_t target = gridDim.x * step.generation;
-        go = poll_until(p, ~0u, target, 2, step.pos + 1, 0);  // ~0u: steps_done
+        step_go = poll_until(p, ~0u, target, 2, step.pos + 1, 0);  // ~0u: steps_done
         step = step_context(p, s);
         __threadfence();  // with the poll: what the other SMs wrote before they counted, before the producer's copies
         atomicExch(&step_open, s);  // atomic against the producer's read, as WeightRing::quiet
       }
       block_sync();
-      if (!go) return;
+      if (!step_go) return;
     }
     const bool brief = schedule::short_step(step);  // the short wait and signal lists
     // Warp 0 waits for instruction i while thread 32 still signals instruction i - 1: the
@@ -324,6 +325,9 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
     }
     if (threadIdx.x == 32)  // after this SM's last signal of the step, by the thread that sent it
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.steps_done) : "memory");
+    // Every thread done with `step` and `step_go` before thread 0 moves them on. It costs no
+    // time: the next step waits for this SM's count, sent by thread 32 before it gets here.
+    block_sync();
   }
 }
 
