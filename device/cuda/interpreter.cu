@@ -371,7 +371,6 @@ struct CudaExecutor::State {
   std::vector<size_t> sizes;
   KernelParams params{};
   void** tensor_table = nullptr;
-
   ErrorRecord* error = nullptr;
   int32_t* history = nullptr;  // [max_context + 1] token ids
   uint32_t generation = 0;
