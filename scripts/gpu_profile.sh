@@ -12,7 +12,9 @@ CONTEXT=${CONTEXT:-512}
 mkdir -p "$LOG" /tmp/mk-prof
 sms=$(nvidia-smi --query-gpu=name --format=csv,noheader >/dev/null 2>&1 && python3 -c "import torch; print(torch.cuda.get_device_properties(0).multi_processor_count)" 2>/dev/null || echo 132)
 "$BIN/mkplan" "examples/$MODEL.yaml" -o /tmp/mk-prof/plan.bin --sms "$sms" -q
-ncu --clock-control none --launch-skip 4 --launch-count 1 -k regex:interpreter_kernel \
+# mkbench --reps 3 launches the kernel 6 times with 16 steps each (3 warm-up, 3 timed), then 6
+# times with one step: skip 10 to profile the fifth single-step launch, one decode step.
+ncu --clock-control none --launch-skip 10 --launch-count 1 -k regex:interpreter_kernel \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SourceCounters \
   --section LaunchStats --section Occupancy --import-source yes -o "$LOG/profile" -f \
   "$BIN/mkbench" /tmp/mk-prof/plan.bin --context "$CONTEXT" --reps 3 > "$LOG/ncu-run.txt" 2>&1

@@ -154,7 +154,7 @@ __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefe
 
 // The queue ahead into L1, by one thread while warp 0 waits: instruction i + 2's record, and
 // i + 1's waits and signals (its record was asked for one instruction earlier, so reading where
-// they are is an L1 hit). Each is read once per launch, so without this every wait began with
+// they are is an L1 hit). Each is read once per step, so without this every wait began with
 // two dependent round trips to L2, the record and then its waits, before the first poll.
 __device__ void prefetch_queue(const KernelParams& p, uint32_t i, uint32_t end, bool brief) {
   if (i + 2 < end) prefetch_l1(p.instructions + i + 2);

@@ -71,7 +71,7 @@ class CudaExecutor {
 
   // Tracing: when on, every launch records each instruction's times (device/trace.hpp).
   void enable_trace(bool on);
-  std::vector<TraceEvent> read_trace() const;  // of the last launch, by instruction index
+  std::vector<TraceEvent> read_trace() const;  // of the last step (a traced launch runs one), by instruction index
 
   uint32_t shared_bytes() const;
   uint32_t ring_stages() const;  // the weight ring's depth (ExecutorOptions::ring_stages caps it)

@@ -10,9 +10,11 @@
 namespace mk::device {
 
 // The KV cache of earlier positions does not depend on this step, so it streams through the
-// weight ring like weights, ahead of the waits: a tile holds attention_tile_positions(hd)
-// positions of k (first half of the stage) and of v (second half), a multiple of the 16
-// positions of one tensor-core step. The current position comes from qkv.
+// weight ring like weights, ahead of the waits (in a launch of several steps, once every SM has
+// finished the step before, whose qkv wrote the previous position: kReadsEarlierSteps). A
+// tile holds attention_tile_positions(hd) positions of k (first half of the stage) and of v
+// (second half), a multiple of the 16 positions of one tensor-core step. The current position
+// comes from qkv.
 __device__ __host__ inline uint32_t attention_tile_positions(uint32_t hd) { return kStageBytes / 4 / hd / 16 * 16; }
 
 struct AttentionTiles {
