@@ -22,6 +22,9 @@ class EmulatorBackend : public Backend {
       : s_(s), opt_(opt), emulator_(s) {
     check_weights(s, ckpt);
     check_context_memory(s, opt.max_context, physical_memory_bytes(), "host memory");
+    // Not a member initializer: that ran before the check above, and a context of 4e9
+    // positions allocated 16 GB of token history before it was refused.
+    history_.assign(opt.max_context + size_t{1}, -1);
     for (const schedule::Wait& w : s.waits) max_target_ = std::max(max_target_, w.target);
     buffers_.resize(s.tensors.size());
     pointers_.resize(s.tensors.size(), nullptr);
@@ -90,7 +93,7 @@ class EmulatorBackend : public Backend {
   Emulator emulator_;
   std::vector<std::vector<uint8_t>> buffers_;
   std::vector<void*> pointers_;
-  std::vector<int32_t> history_ = std::vector<int32_t>(opt_.max_context + size_t{1}, -1);
+  std::vector<int32_t> history_;  // [max_context + 1], made once the context is checked
   uint32_t generation_ = 0;
   uint32_t max_target_ = 1;
 };
