@@ -103,6 +103,19 @@ struct Instruction {
 };
 static_assert(sizeof(Instruction) == 128);
 
+// Where an instruction's waits or signals are at a step, short or not (into the schedule's wait
+// or signal section): the rule the verifier, the emulator and the cost model follow through
+// Schedule::waits_of and signals_of, and the CUDA interpreter's loop with it.
+struct ListRange {
+  uint32_t begin, count;
+};
+MK_HD inline ListRange wait_range(const Instruction& i, bool short_step) {
+  return {i.wait_begin, short_step ? i.short_wait_count : i.wait_count};  // the short waits: the first ones
+}
+MK_HD inline ListRange signal_range(const Instruction& i, bool short_step) {
+  return short_step ? ListRange{i.short_signal_begin, i.short_signal_count} : ListRange{i.signal_begin, i.signal_count};
+}
+
 // How a step splits the attention along the context: one KV split per `positions` cached
 // positions, up to half the attention's kv_splits, then all of them from one and a half times
 // kv_splits * positions on (active_kv_splits, schedules/ops/attention.hpp; 0: every split at

@@ -50,16 +50,15 @@ struct Schedule {
   }
   std::span<const Wait> waits_of(const Instruction& i) const { return {waits.data() + i.wait_begin, i.wait_count}; }
   std::span<const Wait> waits_of(const Instruction& i, bool short_step) const {
-    return {waits.data() + i.wait_begin, short_step ? i.short_wait_count : i.wait_count};
+    const ListRange r = wait_range(i, short_step);
+    return {waits.data() + r.begin, r.count};
   }
   std::span<const uint32_t> signals_of(const Instruction& i) const {
     return {signals.data() + i.signal_begin, i.signal_count};
   }
-  std::span<const uint32_t> short_signals_of(const Instruction& i) const {
-    return {signals.data() + i.short_signal_begin, i.short_signal_count};
-  }
   std::span<const uint32_t> signals_of(const Instruction& i, bool short_step) const {
-    return short_step ? short_signals_of(i) : signals_of(i);
+    const ListRange r = signal_range(i, short_step);
+    return {signals.data() + r.begin, r.count};
   }
   uint32_t tensor_id(const std::string& name) const;  // kNone if absent
 };

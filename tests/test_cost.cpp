@@ -23,23 +23,30 @@ Instruction embed_instruction() {
   return inst;
 }
 
-}  // namespace
-
-TEST_CASE("cost model: a wait across SMs adds the latency; an SM runs its queue in order") {
-  CostModel m;
-  m.task_us = 3;
-  m.latency_us = 5;
-  // SM 0: A, C, D; SM 1: B, which waits for A. A signals counter 0.
+// SM 0: A, C, D; SM 1: B, which waits for A. A signals counter 0. `set` adjusts A and B first.
+template <class F>
+Schedule two_sms(F set) {
   Schedule s;
   s.sm_count = 2;
   s.counter_count = 1;
   Instruction a = embed_instruction(), b = embed_instruction(), c = embed_instruction(), d = embed_instruction();
   a.signal_begin = 0, a.signal_count = 1;
   b.wait_begin = 0, b.wait_count = 1;
+  set(a, b);
   s.instructions = {a, c, d, b};
   s.sm_offsets = {0, 3, 4};
   s.signals = {0};
   s.waits = {Wait{0, 1}};
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("cost model: a wait across SMs adds the latency; an SM runs its queue in order") {
+  CostModel m;
+  m.task_us = 3;
+  m.latency_us = 5;
+  Schedule s = two_sms([](Instruction&, Instruction&) {});
   CHECK(predict_step_us(s, 1, m) == doctest::Approx(3 + 5 + 3));  // B: A's end + latency + its own
   m.latency_us = 0.5;
   CHECK(predict_step_us(s, 1, m) == doctest::Approx(9));  // SM 0's queue (A, C, D) now ends last
@@ -87,18 +94,12 @@ TEST_CASE("cost model: at a short step an instruction waits for its short waits 
   CostModel m;
   m.task_us = 3;
   m.latency_us = 5;
-  // SM 0: A, C, D; SM 1: B, which waits for A at regular steps and for nothing at short ones.
-  Schedule s;
-  s.sm_count = 2;
-  s.counter_count = 1;
+  // B waits for A at regular steps and for nothing at short ones.
+  Schedule s = two_sms([](Instruction& a, Instruction& b) {
+    a.short_signal_begin = 0, a.short_signal_count = 1;
+    b.short_wait_count = 0;
+  });
   s.kv_splits = {0, 8};  // steps at positions up to 8 are short
-  Instruction a = embed_instruction(), b = embed_instruction(), c = embed_instruction(), d = embed_instruction();
-  a.signal_begin = 0, a.signal_count = 1, a.short_signal_begin = 0, a.short_signal_count = 1;
-  b.wait_begin = 0, b.wait_count = 1, b.short_wait_count = 0;
-  s.instructions = {a, c, d, b};
-  s.sm_offsets = {0, 3, 4};
-  s.signals = {0};
-  s.waits = {Wait{0, 1}};
   s.task_count = 4;
   CHECK(predict_step_us(s, 20, m) == doctest::Approx(3 + 5 + 3));  // position 19: B after A's signal
   CHECK(predict_step_us(s, 5, m) == doctest::Approx(9));           // position 4: B at once; SM 0's queue ends last

@@ -488,7 +488,7 @@ TEST_CASE("planner: at short steps each attn_reduce task is done by its kv head'
       for (const auto& inst : p.schedule.instructions) {
         const auto& t = p.tasks[inst.task];
         if (t.short_signals == t.signals) CHECK(inst.short_signal_begin == inst.signal_begin);
-        const auto sig = p.schedule.short_signals_of(inst);
+        const auto sig = p.schedule.signals_of(inst, true);
         CHECK(std::vector<uint32_t>(sig.begin(), sig.end()) == t.short_signals);
         // A bypassed task waits for nothing at short steps (it runs at once, doing nothing);
         // every other task for all of its waits.
