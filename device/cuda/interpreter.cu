@@ -96,6 +96,9 @@ __device__ __forceinline__ uint64_t global_timer() {
 __device__ __forceinline__ bool poll_until(const KernelParams& p, uint32_t counter, uint32_t target, uint32_t code, uint32_t a,
                                            uint32_t b) {
   const uint32_t* at = counter < ~0u ? p.counters + counter : p.steps_done;
+  // The wait for the previous step gets twice as long: an SM stuck on a counter in that step
+  // started waiting later, and its report (code 1) is the one that names the cause.
+  const uint64_t timeout = counter < ~0u ? p.timeout_ns : 2 * p.timeout_ns;
   if (load_counter(at) >= target) return true;
   const uint64_t start = global_timer();
   uint32_t value;
@@ -105,7 +108,7 @@ __device__ __forceinline__ bool poll_until(const KernelParams& p, uint32_t count
       continue;
     }
     if (*static_cast<volatile uint32_t*>(&p.error->code) != 0) return false;
-    if (global_timer() - start > p.timeout_ns) {
+    if (global_timer() - start > timeout) {
       if (atomicCAS(&p.error->code, 0u, code) == 0) {
         *p.error = ErrorRecord{code, blockIdx.x, a, b, counter, value, target, 0};
         __threadfence();
@@ -209,15 +212,18 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring, const vo
   const uint64_t policy = evict_first_policy();  // every tile is read once per step
   uint32_t polls = 0;
   auto aborted = [&] { return ++polls % kAbortCheck == 0 && *static_cast<volatile uint32_t*>(&p.error->code) != 0; };
+  uint32_t fenced = 0;  // the last step whose earlier steps' data the copies may read
   auto stream = [&](const auto& tiles, uint32_t step) {
     const uint32_t n = tiles.count();
-    if (n && reads_earlier_steps(tiles) && *step_open < step) {
+    if (n && reads_earlier_steps(tiles) && fenced < step) {
       while (*step_open < step)
         if (aborted()) return false;
       // The compute warps saw the other SMs' writes (ordinary stores) before they opened the
-      // step; the bulk copies read through the async proxy.
+      // step: acquire what they saw, then order it before the bulk copies (the async proxy).
+      // Once a step, whether or not the producer had to wait.
       __threadfence_block();
       asm volatile("fence.proxy.async.global;" ::: "memory");
+      fenced = step;
     }
     for (uint32_t j = 0; j < n; ++j) {
       const WeightTile t = tiles.at(j);
@@ -530,11 +536,18 @@ void CudaExecutor::launch(uint32_t first, uint32_t count, uint32_t fed_from) {
   if (uint64_t{first} + count > st_->opt.max_context)
     throw CudaError("position " + std::to_string(uint64_t{first} + count - 1) + " is beyond the KV cache (" +
                     std::to_string(st_->opt.max_context) + ")");
-  // A traced launch runs one step: the trace holds one record per instruction.
-  const uint32_t per_launch = st_->params.trace ? 1 : count;
-  for (uint32_t done = 0; done < count; done += per_launch) {
-    // Monotonic counters: targets scale with the generation; zero them before they could wrap.
-    if ((uint64_t{st_->generation} + per_launch) * st_->max_target >= 0xffffffffull) st_->reset_counters();
+  // A traced launch runs one step: the trace holds one record per instruction. A launch's
+  // counters must not wrap within it: at most kCounterSpan / max_target steps.
+  constexpr uint64_t kCounterSpan = 0xffffffffull;
+  const uint32_t most = st_->params.trace ? 1 : static_cast<uint32_t>(std::max<uint64_t>(1, kCounterSpan / st_->max_target - 1));
+  for (uint32_t done = 0; done < count;) {
+    const uint32_t per_launch = std::min(most, count - done);
+    // Monotonic counters: targets scale with the generation; zero them before they could wrap,
+    // after the launches before have ended (a reset also clears their error record).
+    if ((uint64_t{st_->generation} + per_launch) * st_->max_target >= kCounterSpan) {
+      finish();
+      st_->reset_counters();
+    }
     KernelParams p = st_->params;
     p.ctx = schedule::StepContext{first + done, st_->opt.max_context, st_->generation + 1, 1,
                                   schedule::kv_split_policy(*st_->s, st_->opt.kv_splits), nullptr, nullptr, p.counters};
@@ -545,6 +558,7 @@ void CudaExecutor::launch(uint32_t first, uint32_t count, uint32_t fed_from) {
       check(cudaMemsetAsync(p.trace, 0, st_->trace_bytes(), st_->stream), "trace reset");
     interpreter_kernel<<<st_->s->sm_count, kBlockThreads, st_->shared, st_->stream>>>(p);
     check(cudaGetLastError(), "interpreter launch");
+    done += per_launch;
   }
 }
 
@@ -555,12 +569,13 @@ void CudaExecutor::finish() {
   if (e.code == 0) return;
   st_->reset_counters();
   const schedule::Schedule& s = *st_->s;
-  if (e.code == 2) {
+  if (e.code == 2) {  // value and target count step ends since the counters were zeroed
+    const uint32_t finished = e.value + s.sm_count - e.target;
     std::ostringstream o;
-    o << "watchdog: SM " << e.sm << " waited more than " << st_->opt.watchdog_seconds
-      << " s for every SM to finish the step before position " << e.instruction << "; " << e.value << " of " << e.target
-      << " step ends were counted";
-    throw WatchdogError(o.str(), WatchdogReport{e.sm, 0, 0, e.counter, e.value, e.target});
+    o << "watchdog: SM " << e.sm << " waited more than " << 2 * st_->opt.watchdog_seconds
+      << " s for every SM to finish the step before position " << e.instruction << "; " << finished << " of "
+      << s.sm_count << " SMs had";
+    throw WatchdogError(o.str(), WatchdogReport{e.sm, 0, 0, e.counter, finished, s.sm_count});
   }
   const schedule::Instruction& inst = s.instructions[s.sm_offsets[e.sm] + e.instruction];
   std::ostringstream o;
@@ -576,17 +591,17 @@ float CudaExecutor::timed_step(int32_t token, uint32_t pos) {
 
 float CudaExecutor::timed_steps(int32_t token, uint32_t pos, uint32_t count) {
   set_tokens(pos, &token, 1);
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "cudaEventCreate");
-  check(cudaEventCreate(&b), "cudaEventCreate");
-  check(cudaEventRecord(a, st_->stream), "cudaEventRecord");
+  struct Event {  // destroyed however the timing ends
+    cudaEvent_t e = nullptr;
+    Event() { check(cudaEventCreate(&e), "cudaEventCreate"); }
+    ~Event() { cudaEventDestroy(e); }
+  } a, b;
+  check(cudaEventRecord(a.e, st_->stream), "cudaEventRecord");
   launch(pos, count, pos + 1);
-  check(cudaEventRecord(b, st_->stream), "cudaEventRecord");
+  check(cudaEventRecord(b.e, st_->stream), "cudaEventRecord");
   finish();
   float ms = 0;
-  check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  check(cudaEventElapsedTime(&ms, a.e, b.e), "cudaEventElapsedTime");
   return ms;
 }
 

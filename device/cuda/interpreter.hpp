@@ -61,7 +61,8 @@ class CudaExecutor {
   void finish();
   // Decodes `token` at `pos` and waits for it.
   void step(int32_t token, uint32_t pos);
-  // One step timed with device events (milliseconds of GPU time, launch to completion).
+  // One step timed with device events (milliseconds of GPU time, launch to completion); like
+  // timed_steps, it writes its token to history[pos + 1].
   float timed_step(int32_t token, uint32_t pos);
   // `count` steps from `pos` in one launch, each fed the previous one's token; milliseconds in all.
   float timed_steps(int32_t token, uint32_t pos, uint32_t count);

@@ -11,7 +11,8 @@ __device__ inline void gpu_run(const schedule::EmbedPayload& p, const schedule::
                                BlockContext&) {
   const uint16_t* table = mem.at<const uint16_t>(p.table);
   float* out = mem.at<float>(p.out);
-  const uint32_t token = static_cast<uint32_t>(ctx.tokens[0]);
+  // Written by another SM's argmax in the same launch: read through L2 (block.cuh).
+  const uint32_t token = static_cast<uint32_t>(__ldcg(ctx.tokens));
   for (uint32_t c = p.col_begin + threadIdx.x; c < p.col_end; c += kThreads)
     out[c] = token < p.vocab ? bf16_to_f32(table[uint64_t{token} * p.hidden + c]) : __int_as_float(0x7fc00000);
 }
