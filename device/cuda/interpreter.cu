@@ -125,10 +125,10 @@ __device__ __forceinline__ bool poll_until(const KernelParams& p, uint32_t count
 // being aborted (one of these waits timed out, or another SM's did).
 __device__ bool counter_wait(const KernelParams& p, const schedule::Instruction& inst, uint32_t slot, uint32_t generation,
                              bool brief) {
-  const uint32_t count = brief ? inst.short_wait_count : inst.wait_count;  // the short waits: the first ones
+  const schedule::ListRange r = schedule::wait_range(inst, brief);
   bool ok = true;
-  for (uint32_t k = threadIdx.x % 32; ok && k < count; k += 32) {
-    const schedule::Wait w = p.waits[inst.wait_begin + k];
+  for (uint32_t k = threadIdx.x % 32; ok && k < r.count; k += 32) {
+    const schedule::Wait w = p.waits[r.begin + k];
     ok = poll_until(p, w.counter, w.target * generation, 1, slot, inst.task);
   }
   return __all_sync(0xffffffffu, ok);
@@ -163,10 +163,9 @@ __device__ void prefetch_queue(const KernelParams& p, uint32_t i, uint32_t end, 
   if (i + 2 < end) prefetch_l1(p.instructions + i + 2);
   if (i + 1 < end) {
     const schedule::Instruction& next = p.instructions[i + 1];
-    if (brief ? next.short_wait_count : next.wait_count)  // an empty list may begin past the array's end
-      prefetch_l1(p.waits + next.wait_begin);
-    if (brief ? next.short_signal_count : next.signal_count)
-      prefetch_l1(p.signals + (brief ? next.short_signal_begin : next.signal_begin));
+    const schedule::ListRange w = schedule::wait_range(next, brief), s = schedule::signal_range(next, brief);
+    if (w.count) prefetch_l1(p.waits + w.begin);  // an empty list may begin past the array's end
+    if (s.count) prefetch_l1(p.signals + s.begin);
   }
 }
 
@@ -175,12 +174,12 @@ __device__ void prefetch_queue(const KernelParams& p, uint32_t i, uint32_t end, 
 // times in a row (a task signalling for the attn_reduce tasks it does at short steps) gets one
 // increment of n: each release waits for the SM's copies in flight.
 __device__ void counter_signal(const KernelParams& p, const schedule::Instruction& inst, bool brief) {
-  const uint32_t* list = p.signals + (brief ? inst.short_signal_begin : inst.signal_begin);
-  const uint32_t count = brief ? inst.short_signal_count : inst.signal_count;
-  for (uint32_t k = 0; k < count;) {
+  const schedule::ListRange r = schedule::signal_range(inst, brief);
+  const uint32_t* list = p.signals + r.begin;
+  for (uint32_t k = 0; k < r.count;) {
     const uint32_t c = list[k];
     uint32_t n = 1;
-    while (k + n < count && list[k + n] == c) ++n;
+    while (k + n < r.count && list[k + n] == c) ++n;
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p.counters + c), "r"(n) : "memory");
     k += n;
   }
