@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
   __shared__ schedule::StepContext step;
   const uint32_t share = max(1u, kWarps / p.ring_stages);
   if (threadIdx.x == 0) {
-    for (uint32_t s = 0; s < p.ring_stages; ++s) mbar_init(full + s, 1), mbar_init(empty + s, kWarps);
+    for (uint32_t s = 0; s < p.ring_stages; ++s) mbar_init(full + s, 1), mbar_init(empty + s, WeightRing::kEmptyArrivals);
     mbar_fence_init();
     quiet = 0;
     step_open = 0;

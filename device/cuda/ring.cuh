@@ -54,6 +54,8 @@ struct WeightRing {
   // A stage's kWarps arrivals per tile, shared out among the `share` warps that consume it:
   // what warp h of them arrives with (matvec, attention).
   __device__ static uint32_t releases(uint32_t share, uint32_t h) { return kWarps / share + (h < kWarps % share); }
+  // The empty barrier counts lanes (ring_release): kEmptyArrivals per tile.
+  static constexpr uint32_t kEmptyArrivals = kWarps * 32;
 
   __device__ void pause() const {
     if (threadIdx.x == 0) atomicExch(quiet, 1u);
@@ -81,6 +83,14 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 // `count` arrivals at once (a warp that stands for several consumers).
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+// A consuming warp's release of a stage: every lane arrives itself, after its own reads, with the
+// warp's share of the tile's arrivals. A warp barrier and one lane's arrival order the other
+// lanes' reads before the producer's next copy only through the barrier's cumulativity, which
+// compute-sanitizer's racecheck does not follow (bench/NOTES.md 81).
+__device__ __forceinline__ void ring_release(const WeightRing& ring, uint32_t stage, uint32_t releases) {
+  mbar_arrive(ring.empty + stage, releases);
 }
 
 __device__ __forceinline__ void mbar_expect_bytes(uint64_t* bar, uint32_t bytes) {

@@ -341,8 +341,7 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
           mbar_wait(ring.full + stage, parity);
           for (uint32_t b = h; b * 16 < m; b += share)
             wa.add(qa_addr, k + b * 16 * hd * 2, v + b * 16 * hd * 2, first + b * 16, min(16u, m - b * 16), hd);
-          __syncwarp();
-          if (lane == 0) mbar_arrive(ring.empty + stage, releases);
+          ring_release(ring, stage, releases);
         }
       }
     }

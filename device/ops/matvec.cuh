@@ -254,8 +254,7 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
       mbar_wait(ring.full + stage, parity);
       detail::consume_tile(t, reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes), xlo, xhi, h, ring.share,
                            acc);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(ring.empty + stage, releases);
+      ring_release(ring, stage, releases);
     }
   }
   ring.next_tile += tiles;
