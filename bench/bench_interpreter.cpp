@@ -4,7 +4,6 @@
 // device. Then one step per launch, and that with every wait removed (what the dependencies
 // cost; results are garbage).
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <vector>

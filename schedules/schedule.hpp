@@ -48,14 +48,13 @@ struct Schedule {
   std::span<const Instruction> queue(uint32_t sm) const {
     return {instructions.data() + sm_offsets[sm], instructions.data() + sm_offsets[sm + 1]};
   }
-  std::span<const Wait> waits_of(const Instruction& i) const { return {waits.data() + i.wait_begin, i.wait_count}; }
+  // An instruction's lists at a regular step (one argument) or at a step short or not.
+  std::span<const Wait> waits_of(const Instruction& i) const { return waits_of(i, false); }
   std::span<const Wait> waits_of(const Instruction& i, bool short_step) const {
     const ListRange r = wait_range(i, short_step);
     return {waits.data() + r.begin, r.count};
   }
-  std::span<const uint32_t> signals_of(const Instruction& i) const {
-    return {signals.data() + i.signal_begin, i.signal_count};
-  }
+  std::span<const uint32_t> signals_of(const Instruction& i) const { return signals_of(i, false); }
   std::span<const uint32_t> signals_of(const Instruction& i, bool short_step) const {
     const ListRange r = signal_range(i, short_step);
     return {signals.data() + r.begin, r.count};

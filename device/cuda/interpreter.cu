@@ -28,6 +28,9 @@ void check(cudaError_t e, const char* what) {
 
 struct ErrorRecord {
   uint32_t code;  // 0: none, 1: a counter's wait timed out, 2: the wait for the previous step
+  // Code 1: the SM, its instruction's slot in its queue, the task, the counter, the value seen
+  // and the target. Code 2: the SM, the position of the step it was to start (in `instruction`),
+  // counter ~0u (the steps_done count), the value seen and the target.
   uint32_t sm, instruction, task, counter, value, target, pad;
 };
 
@@ -90,27 +93,20 @@ __device__ __forceinline__ uint64_t global_timer() {
   return t;
 }
 
-// Polls a counter (`counter`, or steps_done for ~0u) until it reaches `target`; false if the
-// launch is being aborted: this wait timed out (recorded with code, a and b, the counter's
-// value and the target) or another SM's did.
-__device__ __forceinline__ bool poll_until(const KernelParams& p, uint32_t counter, uint32_t target, uint32_t code, uint32_t a,
-                                           uint32_t b) {
-  const uint32_t* at = counter < ~0u ? p.counters + counter : p.steps_done;
-  // The wait for the previous step gets twice as long: an SM stuck on a counter in that step
-  // started waiting later, and its report (code 1) is the one that names the cause.
-  const uint64_t timeout = counter < ~0u ? p.timeout_ns : 2 * p.timeout_ns;
-  if (load_counter(at) >= target) return true;
+// Polls `*at` until it reaches `report.target`; false if the launch is being aborted: this wait
+// outlasted `timeout` (recorded as `report`, with the value it saw) or another SM's did.
+__device__ __forceinline__ bool poll_until(const KernelParams& p, const uint32_t* at, uint64_t timeout, ErrorRecord report) {
+  if (load_counter(at) >= report.target) return true;
   const uint64_t start = global_timer();
-  uint32_t value;
-  for (uint32_t spin = 1; (value = load_counter(at)) < target; ++spin) {
+  for (uint32_t spin = 1; (report.value = load_counter(at)) < report.target; ++spin) {
     if (spin % kAbortCheck) {  // the abort flag and the clock only on every kAbortCheck-th poll
       __nanosleep(32);
       continue;
     }
     if (*static_cast<volatile uint32_t*>(&p.error->code) != 0) return false;
     if (global_timer() - start > timeout) {
-      if (atomicCAS(&p.error->code, 0u, code) == 0) {
-        *p.error = ErrorRecord{code, blockIdx.x, a, b, counter, value, target, 0};
+      if (atomicCAS(&p.error->code, 0u, report.code) == 0) {
+        *p.error = report;
         __threadfence();
       }
       return false;
@@ -129,7 +125,8 @@ __device__ bool counter_wait(const KernelParams& p, const schedule::Instruction&
   bool ok = true;
   for (uint32_t k = threadIdx.x % 32; ok && k < r.count; k += 32) {
     const schedule::Wait w = p.waits[r.begin + k];
-    ok = poll_until(p, w.counter, w.target * generation, 1, slot, inst.task);
+    const uint32_t target = w.target * generation;
+    ok = poll_until(p, p.counters + w.counter, p.timeout_ns, ErrorRecord{1, blockIdx.x, slot, inst.task, w.counter, 0, target, 0});
   }
   return __all_sync(0xffffffffu, ok);
 }
@@ -291,8 +288,10 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
       // Every SM finished the previous step: its token is written, and none of its tasks still
       // reads what this step overwrites. The argmax ends the step anyway, so this costs a hop.
       if (threadIdx.x == 0) {
+        // Twice a counter's time: an SM stuck on a counter in that step started waiting later,
+        // and its report (code 1) is the one that names the cause.
         const uint32_t target = gridDim.x * step.generation;
-        step_go = poll_until(p, ~0u, target, 2, step.pos + 1, 0);  // ~0u: steps_done
+        step_go = poll_until(p, p.steps_done, 2 * p.timeout_ns, ErrorRecord{2, blockIdx.x, step.pos + 1, 0, ~0u, 0, target, 0});
         step = step_context(p, s);
         __threadfence();  // with the poll: what the other SMs wrote before they counted, before the producer's copies
         atomicExch(&step_open, s);  // atomic against the producer's read, as WeightRing::quiet
