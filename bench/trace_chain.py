@@ -11,17 +11,13 @@ layer's first start to the next.
 Usage: trace_chain.py TRACE.json[.gz]
 """
 import collections
-import gzip
-import json
 import statistics as st
 import sys
 
-
-def kind(op):  # the op's name without its layer digits
-    return "".join(c for c in op if not c.isdigit())
+from trace_tails import kind, read_runs
 
 
-def layer(op):
+def layer(op):  # -1 for the ops outside the layer block
     digits = "".join(c for c in op if c.isdigit())
     return int(digits) if digits else -1
 
@@ -29,17 +25,11 @@ def layer(op):
 def main():
     if len(sys.argv) != 2:
         raise SystemExit(__doc__)
-    path = sys.argv[1]
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        events = json.load(f)["traceEvents"]
     first, last, runs = {}, {}, collections.defaultdict(list)
-    for e in events:
-        if e.get("ph") != "X" or e.get("cat") == "wait":
-            continue
-        op = e["args"]["op"]
-        first[op] = min(first.get(op, float("inf")), e["ts"])
-        last[op] = max(last.get(op, float("-inf")), e["ts"] + e["dur"])
-        runs[op].append(e["dur"])
+    for op, _, start, end in read_runs(sys.argv[1]):
+        first[op] = min(first.get(op, float("inf")), start)
+        last[op] = max(last.get(op, float("-inf")), end)
+        runs[op].append(end - start)
     layers = sorted({layer(op) for op in first if layer(op) >= 0})
     middle = layers[2:-2]
     if not middle:
