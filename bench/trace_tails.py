@@ -32,20 +32,16 @@ def corr(x, y):
     return sum((a - mx) * (b - my) for a, b in zip(x, y)) / (sx * sy) if sx and sy else float("nan")
 
 
-def read_runs(path):
-    """Each task's run in the trace (its wait left out): (op, SM, start, end) in us."""
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        events = json.load(f)["traceEvents"]
-    return [(e["args"]["op"], e["tid"], e["ts"], e["ts"] + e["dur"]) for e in events
-            if e.get("ph") == "X" and e.get("cat") != "wait"]
-
-
 def main():
     if len(sys.argv) != 2:
         raise SystemExit(__doc__)
+    path = sys.argv[1]
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        events = json.load(f)["traceEvents"]
     run = collections.defaultdict(dict)  # op -> sm -> (ready, end) in us
-    for op, sm, start, end in read_runs(sys.argv[1]):
-        run[op][sm] = (start, end)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") != "wait":
+            run[e["args"]["op"]][e["tid"]] = (e["ts"], e["ts"] + e["dur"])
     by_kind = collections.defaultdict(list)
     for op in run:
         by_kind[kind(op)].append(op)
