@@ -26,6 +26,7 @@ double median(std::vector<double> v) {
 
 uint32_t g_stages = 0;  // --stages: the weight ring's depth, 0 for the executor's choice
 schedule::KvSplitPolicy g_kv_splits{schedule::kNone, schedule::kNone};  // --kv-split-positions, --short-positions
+uint32_t g_trace_steps = 1;  // --trace-steps: the traced step is the last of a launch of this many
 
 // Step times in us: with `steps` 1, of `reps` single launches at position context - 1; else
 // per step of `reps` launches of `steps` steps from context - 1 on, each fed the one before's token.
@@ -50,12 +51,12 @@ std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t 
     const double t = exec.timed_steps(17, context - 1, steps) * 1e3 / steps;
     if (i >= 3) us.push_back(t);  // the first launches pay for module load and cold caches
   }
-  if (!trace.empty()) {  // one more step, traced
+  if (!trace.empty()) {  // one more launch, its last step traced
     exec.enable_trace(true);
-    exec.timed_step(17, context - 1);
+    exec.timed_steps(17, context - 1, g_trace_steps);
     const auto events = exec.read_trace();
     device::TraceOptions topt;
-    topt.context = context - 1;  // the traced step's position
+    topt.context = context - 2 + g_trace_steps;  // the traced step's position
     std::cout << device::trace_summary(s, events, topt);
     device::write_chrome_trace(s, events, trace + ".json");
     device::write_trace_svg(s, events, trace + ".svg");
@@ -75,6 +76,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--reps", reps, "timed steps")->capture_default_str();
   app.add_option("--trace", trace, "also trace one step: writes PREFIX.json (Chrome/Perfetto) and PREFIX.svg, prints a per-op summary");
+  app.add_option("--trace-steps", g_trace_steps,
+                 "the traced step is the last of a launch of this many, from position context - 1 (1: a launch of its own; "
+                 "16: as the headline's launches run)")
+      ->check(CLI::Range(1u, device::kDecodeChunk))
+      ->capture_default_str();
   app.add_option("--stages", g_stages, "use at most this many weight ring stages (0: as many as shared memory holds)")
       ->capture_default_str();
   app.add_option("--kv-split-positions", g_kv_splits.positions,

@@ -13,6 +13,14 @@
 #include "schedules/ops.hpp"
 
 namespace mk::device {
+
+TraceEvent trace_event(const uint64_t* r) {
+  TraceEvent e{r[0], r[1], r[2], {r[3], r[4]}};
+  for (uint64_t& m : e.mark)
+    if (m < e.start || m > e.end) m = 0;  // an earlier step's: before this step reached the instruction
+  return e;
+}
+
 namespace {
 
 uint64_t first_start(const std::vector<TraceEvent>& ev) {

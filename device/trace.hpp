@@ -18,6 +18,12 @@ struct TraceEvent {
   uint64_t mark[2];            // phases inside the op body (0: not recorded); matvec: input ready, weights done
 };
 
+// The event of one instruction's record (kTraceSlots values) as the kernel leaves it. In a
+// launch of several steps every step writes the record again, but a body that marks no phase
+// in the last step (an attention with no active split) leaves an earlier step's marks, from
+// before the record's start: they are dropped.
+TraceEvent trace_event(const uint64_t* record);
+
 struct TraceOptions {
   std::string title;     // the picture's first line (e.g. the schedule and the backend)
   bool logical = false;  // the emulator's clock: 1000 "ns" per tick, shown as ticks rather than us

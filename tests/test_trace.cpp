@@ -127,6 +127,20 @@ TEST_CASE("trace: a mark before ready gives a negative phase") {
   CHECK(summary.find("-0.5 us to phase 1, 2 us to phase 2, 0.5 us to the signal") != std::string::npos);
 }
 
+TEST_CASE("trace: a record's marks from an earlier step of its launch are dropped, its own kept") {
+  // start, ready, end, then the two marks: the first from this step, the second an earlier step's.
+  const uint64_t record[mk::device::kTraceSlots] = {10'000, 11'000, 15'000, 12'000, 4'000};
+  const mk::device::TraceEvent e = mk::device::trace_event(record);
+  CHECK(e.start == 10'000);
+  CHECK(e.ready == 11'000);
+  CHECK(e.end == 15'000);
+  CHECK(e.mark[0] == 12'000);
+  CHECK(e.mark[1] == 0);
+  const uint64_t late[mk::device::kTraceSlots] = {10'000, 11'000, 15'000, 10'500, 15'001};  // before ready: kept
+  CHECK(mk::device::trace_event(late).mark[0] == 10'500);
+  CHECK(mk::device::trace_event(late).mark[1] == 0);
+}
+
 // The chain section measures each op as a whole: with every task of the k-th op (program order)
 // running from 10k + 1 to 10k + 5 us, each op spans 4 us and starts 6 us after the one before.
 TEST_CASE("trace: the summary's chain gives each op's hop and span") {

@@ -53,7 +53,7 @@ struct KernelParams {
   ErrorRecord* error;
   uint64_t timeout_ns;
   uint32_t ring_stages;
-  uint64_t* trace;  // optional (one-step launches): per instruction kTraceSlots globaltimer values (device/trace.hpp)
+  uint64_t* trace;  // optional: per instruction kTraceSlots globaltimer values of the launch's last step (device/trace.hpp)
 };
 
 // Step s of the launch: its position, its counters' generation, its token and where its own goes.
@@ -534,10 +534,10 @@ void CudaExecutor::launch(uint32_t first, uint32_t count, uint32_t fed_from) {
   if (uint64_t{first} + count > st_->opt.max_context)
     throw CudaError("position " + std::to_string(uint64_t{first} + count - 1) + " is beyond the KV cache (" +
                     std::to_string(st_->opt.max_context) + ")");
-  // A traced launch runs one step: the trace holds one record per instruction. A launch's
-  // counters must not wrap within it: at most kCounterSpan / max_target steps.
+  // A launch's counters must not wrap within it: at most kCounterSpan / max_target steps. (A
+  // traced launch's record of each instruction is its last step's.)
   constexpr uint64_t kCounterSpan = 0xffffffffull;
-  const uint32_t most = st_->params.trace ? 1 : static_cast<uint32_t>(std::max<uint64_t>(1, kCounterSpan / st_->max_target - 1));
+  const uint32_t most = static_cast<uint32_t>(std::max<uint64_t>(1, kCounterSpan / st_->max_target - 1));
   for (uint32_t done = 0; done < count;) {
     const uint32_t per_launch = std::min(most, count - done);
     // Monotonic counters: targets scale with the generation; zero them before they could wrap,
@@ -619,10 +619,7 @@ std::vector<TraceEvent> CudaExecutor::read_trace() const {
   check(cudaStreamSynchronize(st_->stream), "trace");
   check(cudaMemcpy(raw.data(), st_->params.trace, raw.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost), "trace");
   std::vector<TraceEvent> events(st_->s->instructions.size());
-  for (size_t i = 0; i < events.size(); ++i) {
-    const uint64_t* r = raw.data() + kTraceSlots * i;
-    events[i] = TraceEvent{r[0], r[1], r[2], {r[3], r[4]}};
-  }
+  for (size_t i = 0; i < events.size(); ++i) events[i] = trace_event(raw.data() + kTraceSlots * i);
   return events;
 }
 

@@ -558,3 +558,39 @@ TEST_CASE("the CUDA backend traces a step (mkrun --trace): every instruction, in
   device::write_trace_svg(s, ev, (dir.path / "t.svg").string());
   MESSAGE(device::trace_summary(s, ev));
 }
+
+TEST_CASE("a traced launch of several steps records its last step") {
+  const int sms = device::cuda_device_sm_count();
+  const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/tiny-llama.yaml");
+  const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
+  const schedule::Schedule& s = plan.schedule;
+  device::ExecutorOptions eo;
+  eo.max_context = 160;
+  device::CudaExecutor exec(s, eo);
+  for (uint32_t t = 0; t < s.tensors.size(); ++t)
+    if (s.tensors[t].role == schedule::Role::weight || s.tensors[t].role == schedule::Role::kv_cache)
+      exec.fill_random(t, t + 1, 0.05f);
+  exec.enable_trace(true);
+  // Positions 120 to 135: tiny-llama's second KV split is idle up to 128 and active from 129
+  // (one split per 64 positions, half of the two until three would be due), so the attention
+  // tasks of split 1 mark their phases only in the launch's last steps.
+  exec.timed_steps(3, 120, 16);
+  const std::vector<device::TraceEvent> last = exec.read_trace();
+  exec.timed_step(5, 135);  // the last step's position, in a launch of its own
+  const std::vector<device::TraceEvent> one = exec.read_trace();
+  REQUIRE(last.size() == s.instructions.size());
+  uint64_t first_start = ~uint64_t{0}, last_end = 0;
+  for (uint32_t sm = 0; sm < s.sm_count; ++sm)
+    for (uint32_t i = s.sm_offsets[sm]; i < s.sm_offsets[sm + 1]; ++i) {
+      CHECK(last[i].start <= last[i].ready);
+      CHECK(last[i].ready <= last[i].end);
+      for (const uint64_t m : last[i].mark) CHECK((m == 0 || (last[i].start <= m && m <= last[i].end)));
+      if (i > s.sm_offsets[sm]) CHECK(last[i - 1].ready <= last[i].start);
+      first_start = std::min(first_start, last[i].start);
+      last_end = std::max(last_end, last[i].end);
+      // The same instructions mark phases at the same position, in a launch of 16 or of one.
+      for (uint32_t k = 0; k < 2; ++k) CHECK((last[i].mark[k] == 0) == (one[i].mark[k] == 0));
+    }
+  // One step's span, not sixteen: well under a millisecond for tiny-llama (a step takes tens of us).
+  CHECK(last_end - first_start < 1'000'000);
+}
