@@ -56,7 +56,7 @@ std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t 
     exec.timed_steps(17, context - 1, g_trace_steps);
     const auto events = exec.read_trace();
     device::TraceOptions topt;
-    topt.context = context - 2 + g_trace_steps;  // the traced step's position
+    topt.context = context - 1 + (g_trace_steps - 1);  // the traced step's position: the launch's last
     std::cout << device::trace_summary(s, events, topt);
     device::write_chrome_trace(s, events, trace + ".json");
     device::write_trace_svg(s, events, trace + ".svg");

@@ -19,9 +19,10 @@ struct TraceEvent {
 };
 
 // The event of one instruction's record (kTraceSlots values) as the kernel leaves it. In a
-// launch of several steps every step writes the record again, but a body that marks no phase
-// in the last step (an attention with no active split) leaves an earlier step's marks, from
-// before the record's start: they are dropped.
+// launch of several steps every step writes the record again, but a body that marked a phase
+// at an earlier step and none at the last would leave that step's marks, from before the
+// record's start: they are dropped. (None does today: the only body that marks conditionally,
+// the attention's, marks for its active splits, which only grow with the position.)
 TraceEvent trace_event(const uint64_t* record);
 
 struct TraceOptions {

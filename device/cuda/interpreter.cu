@@ -381,6 +381,7 @@ struct CudaExecutor::State {
   uint32_t max_target = 1;
   uint32_t shared = 0;
   uint32_t stages = 0;
+  uint64_t launches = 0;
   cudaStream_t stream = nullptr;
 
   size_t trace_bytes() const { return std::max<size_t>(1, s->instructions.size()) * kTraceSlots * sizeof(uint64_t); }
@@ -514,6 +515,7 @@ size_t CudaExecutor::tensor_bytes(uint32_t tensor) const { return st_->sizes.at(
 uint32_t CudaExecutor::shared_bytes() const { return st_->shared; }
 
 uint32_t CudaExecutor::ring_stages() const { return st_->stages; }
+uint64_t CudaExecutor::launches() const { return st_->launches; }
 
 void CudaExecutor::set_tokens(uint32_t first, const int32_t* ids, uint32_t n) {
   if (uint64_t{first} + n > uint64_t{st_->opt.max_context} + 1) throw CudaError("set_tokens: beyond the token history");
@@ -556,6 +558,7 @@ void CudaExecutor::launch(uint32_t first, uint32_t count, uint32_t fed_from) {
       check(cudaMemsetAsync(p.trace, 0, st_->trace_bytes(), st_->stream), "trace reset");
     interpreter_kernel<<<st_->s->sm_count, kBlockThreads, st_->shared, st_->stream>>>(p);
     check(cudaGetLastError(), "interpreter launch");
+    ++st_->launches;
     done += per_launch;
   }
 }

@@ -76,6 +76,7 @@ class CudaExecutor {
 
   uint32_t shared_bytes() const;
   uint32_t ring_stages() const;  // the weight ring's depth (ExecutorOptions::ring_stages caps it)
+  uint64_t launches() const;     // kernel launches so far (each runs up to a launch's worth of steps)
 
  private:
   struct State;

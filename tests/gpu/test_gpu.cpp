@@ -574,7 +574,9 @@ TEST_CASE("a traced launch of several steps records its last step") {
   // Positions 120 to 135: tiny-llama's second KV split is idle up to 128 and active from 129
   // (one split per 64 positions, half of the two until three would be due), so the attention
   // tasks of split 1 mark their phases only in the launch's last steps.
+  const uint64_t launches = exec.launches();
   exec.timed_steps(3, 120, 16);
+  CHECK(exec.launches() == launches + 1);  // traced, the 16 steps still run as one launch
   const std::vector<device::TraceEvent> last = exec.read_trace();
   exec.timed_step(5, 135);  // the last step's position, in a launch of its own
   const std::vector<device::TraceEvent> one = exec.read_trace();
