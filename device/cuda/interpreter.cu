@@ -200,14 +200,20 @@ __device__ void execute(const schedule::Instruction& inst, const schedule::StepC
 // consumed. It never waits on a counter, so the next step's first weights stream while this
 // step ends. Tiles that read what an earlier step of the launch wrote (the KV cache: positions
 // up to the previous one) wait until this SM's compute warps have seen every SM finish that
-// step (`step_open`). It stops early only if the launch is aborted.
-__device__ void produce_weights(const KernelParams& p, WeightRing ring, const volatile uint32_t* step_open) {
+// step (`step_open`).
+//
+// On an abort it goes on issuing what the compute warps still consume, and stops only once they
+// have left (`gone`): they leave at their next wait that is not met, and until then an op in its
+// middle still waits for its tiles. (Stopping at the abort left such an op waiting for ever: a
+// wait timing out on one SM while the others streamed their LM head hung the launch.)
+__device__ void produce_weights(const KernelParams& p, WeightRing ring, const volatile uint32_t* step_open,
+                                const volatile uint32_t* gone) {
   const uint32_t begin = p.sm_offsets[blockIdx.x], end = p.sm_offsets[blockIdx.x + 1];
   uint32_t stage = 0, parity = 1;  // tile k: stage k % count; its stage was freed in phase k / count - 1
   bool first_round = true;
   const uint64_t policy = evict_first_policy();  // every tile is read once per step
   uint32_t polls = 0;
-  auto aborted = [&] { return ++polls % kAbortCheck == 0 && *static_cast<volatile uint32_t*>(&p.error->code) != 0; };
+  auto aborted = [&] { return ++polls % kAbortCheck == 0 && *gone != 0; };
   uint32_t fenced = 0;  // the last step whose earlier steps' data the copies may read
   auto stream = [&](const auto& tiles, uint32_t step) {
     const uint32_t n = tiles.count();
@@ -256,6 +262,11 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring, const vo
   }
 }
 
+// The compute warps leave the launch on an abort: the producer may stop issuing tiles.
+__device__ __forceinline__ void leave(uint32_t* gone) {
+  if (threadIdx.x == 0) atomicExch(gone, 1u);  // atomic against the producer's read, as WeightRing::quiet
+}
+
 __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const KernelParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ schedule::Instruction inst;
@@ -264,6 +275,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
   __shared__ uint32_t quiet;      // WeightRing::quiet
   __shared__ uint32_t step_open;  // the launch's steps whose previous step every SM has finished
   __shared__ bool step_go;  // the wait for the previous step ended (not `go`: the first wait writes that unsynchronised)
+  __shared__ uint32_t gone;  // the compute warps left on an abort: the producer stops too
   // The step's context, in shared memory rather than the loop's registers (held there, it
   // made the kernel spill).
   __shared__ schedule::StepContext step;
@@ -273,12 +285,13 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
     mbar_fence_init();
     quiet = 0;
     step_open = 0;
+    gone = 0;
     step = step_context(p, 0);
   }
   __syncthreads();
   WeightRing ring{smem, p.ring_stages, full, empty, share, 0, &quiet};
   if (threadIdx.x / 32 == kWarps) {  // the producer warp
-    if (threadIdx.x % 32 == 0) produce_weights(p, ring, &step_open);
+    if (threadIdx.x % 32 == 0) produce_weights(p, ring, &step_open, &gone);
     return;
   }
   BlockContext bc{smem + p.ring_stages * kStageBytes, ring, nullptr};
@@ -297,7 +310,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
         atomicExch(&step_open, s);  // atomic against the producer's read, as WeightRing::quiet
       }
       block_sync();
-      if (!step_go) return;
+      if (!step_go) return leave(&gone);
     }
     const bool brief = schedule::short_step(step);  // the short wait and signal lists
     // Warp 0 waits for instruction i while thread 32 still signals instruction i - 1: the
@@ -317,7 +330,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
         prefetch_body_weights(p.instructions + i, p.tensors.base, step.pos);
       }
       block_sync();
-      if (!go) return;
+      if (!go) return leave(&gone);
       bc.trace = p.trace ? p.trace + kTraceSlots * i : nullptr;
       execute(inst, step, p.tensors, bc);
       block_sync();

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -513,6 +515,58 @@ TEST_CASE("the watchdog turns a wait that can never be met into a report, and th
   gpu->step(3, 0);
   emu->step(3, 0);
   CHECK(test::rel_error(gpu->logits(), emu->logits()) < 1e-3);
+}
+
+TEST_CASE("a wait timing out while the other SMs stream their LM head ends the launch with a report, not a hang") {
+  // A Llama-3.1-8B of two layers with a vocabulary of 1032192 (the argmax's 96 chunks of 10752),
+  // its LM head split in tasks of 32 rows: each SM runs ~244 of them, 16 tiles each (more than
+  // the ring holds) for ~2 ms. One SM's LM head waits for a count that never comes; its
+  // watchdog of 20 us fires some 30-130 us into the others' LM heads. A task pauses its ring
+  // while it loads its input and from its last tile to its signal, a third of its time, so at
+  // the abort some SMs are in such a pause with tiles of their current or next task still to be
+  // issued. Their producers must not stop then: the compute warps still wait for those tiles.
+  const int sms = device::cuda_device_sm_count();
+  std::ifstream in(kRoot + "/examples/llama-3.1-8b.yaml");
+  std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"vocab: 128256", "vocab: 1032192"},
+                                  {"layers: 32", "layers: 2"},
+                                  {"out: logits, split: 132,", "out: logits, split: 32256,"}}) {
+    const size_t at = yaml.find(from);
+    REQUIRE(at != std::string::npos);
+    yaml.replace(at, from.size(), to);
+  }
+  const planner::Plan plan = plan_example(dsl::parse_string(yaml, "llama-3.1-8b, 2 layers, 1032192 tokens, LM head tasks of 32 rows"), static_cast<uint32_t>(sms));
+  schedule::Schedule broken = plan.schedule;  // not re-verified: the test skips the planner's proof
+  uint32_t victim = 0;
+  while (victim < broken.instructions.size() &&
+         (broken.ops[broken.instructions[victim].op].name != "logits" || broken.instructions[victim].wait_count == 0))
+    ++victim;
+  REQUIRE(victim < broken.instructions.size());
+  broken.waits[broken.instructions[victim].wait_begin].target += 1;
+  device::ExecutorOptions eo;
+  eo.max_context = 64;
+  eo.watchdog_seconds = 20e-6;
+  device::CudaExecutor exec(broken, eo);
+  for (uint32_t t = 0; t < broken.tensors.size(); ++t)
+    if (broken.tensors[t].role == schedule::Role::weight) exec.fill_random(t, t + 1, 0.02f);
+  auto run = std::async(std::launch::async, [&]() -> std::optional<device::WatchdogError> {
+    try {
+      exec.step(1, 0);
+    } catch (const device::WatchdogError& e) {
+      return e;
+    }
+    return std::nullopt;
+  });
+  if (run.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    FAIL_CHECK("the launch still runs 20 s after its watchdog fired");
+    std::fflush(stdout);
+    std::_Exit(1);  // the GPU is held by a kernel that never ends: nothing after this could run
+  }
+  const std::optional<device::WatchdogError> error = run.get();
+  REQUIRE(error.has_value());
+  MESSAGE("watchdog report: ", std::string(error->what()));
+  CHECK(error->report.value < error->report.target);
+  CHECK(error->report.sm < broken.sm_count);
 }
 
 TEST_CASE("a schedule planned for another SM count is refused with a way out") {
