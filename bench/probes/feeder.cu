@@ -12,7 +12,9 @@
 // The weights are the same bytes in every configuration: fewer computing SMs take more tiles.
 //
 // Build (Hopper): nvcc -O3 -std=c++17 -arch=sm_90a -o feeder bench/probes/feeder.cu
-// Run: ./feeder [model] (model 1b: a Llama-3.2-1B-like layer list; 8b: Llama-3.1-8B-like)
+// Run: ./feeder [model [tile_ns [plain]]] (model 1b: a Llama-3.2-1B-like layer list at a short step; 8b:
+// Llama-3.1-8B-like; 1b-fused: the 1B with the attention done by every o-proj task, a barrier fewer a layer;
+// 1b-no-attention: the 1B without its attention). `plain` runs the interpreter's way only, no feeders.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -224,6 +226,12 @@ int main(int argc, char** argv) {
     layer = {{381, 4096, 0, 0}, {0, 6144, 6000, 32}, {254, 4096, 0, 0}, {1780, 4096, 0, 0}, {886, 14336, 0, 0}};
     head = {{7960, 4096, 0, 0}};
     layers = 32;
+  } else if (model == "1b-fused") {  // the attention done by every o-proj task (per kv group), one barrier fewer a layer
+    layer = {{96, 2048, 0, 0}, {64, 3072, 5000, 132}, {508, 2048, 0, 0}, {254, 8192, 0, 0}};
+    head = {{3980, 2048, 0, 0}};
+  } else if (model == "1b-no-attention") {
+    layer = {{96, 2048, 0, 0}, {64, 2048, 0, 0}, {508, 2048, 0, 0}, {254, 8192, 0, 0}};
+    head = {{3980, 2048, 0, 0}};
   } else {
     layer = {{96, 2048, 0, 0}, {0, 3072, 5000, 8}, {64, 2048, 0, 0}, {508, 2048, 0, 0}, {254, 8192, 0, 0}};
     head = {{3980, 2048, 0, 0}};
@@ -301,6 +309,10 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   };
   const uint32_t tile_ns = argc > 2 ? std::atoi(argv[2]) : 1500;
+  if (argc == 4 && std::string(argv[3]) == "plain") {  // the interpreter's way only, no feeders
+    run(0, 1, 0, tile_ns, true);
+    return 0;
+  }
   if (argc > 5) {  // one configuration: model tile_ns feeders lead lines (for a profiler)
     run(std::atoi(argv[3]), 1, std::atoi(argv[4]), tile_ns, true, 0, std::atoi(argv[5]));
     return 0;
