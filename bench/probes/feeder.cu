@@ -14,7 +14,8 @@
 // Build (Hopper): nvcc -O3 -std=c++17 -arch=sm_90a -o feeder bench/probes/feeder.cu
 // Run: ./feeder [model [tile_ns [plain]]] (model 1b: a Llama-3.2-1B-like layer list at a short step; 8b:
 // Llama-3.1-8B-like; 1b-fused: the 1B with the attention done by every o-proj task, a barrier fewer a layer;
-// 1b-no-attention: the 1B without its attention). `plain` runs the interpreter's way only, no feeders.
+// 1b-no-attention: the 1B without its attention). `plain` runs the interpreter's way only, no feeders; a number
+// after it sets the attention's time in ns (default 5000).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -236,6 +237,9 @@ int main(int argc, char** argv) {
     layer = {{96, 2048, 0, 0}, {0, 3072, 5000, 8}, {64, 2048, 0, 0}, {508, 2048, 0, 0}, {254, 8192, 0, 0}};
     head = {{3980, 2048, 0, 0}};
   }
+  if (argc > 4 && std::string(argv[3]) == "plain")  // the attention's time (ns) in place of 5000
+    for (Layer& L : layer)
+      if (L.busy_ns) L.busy_ns = std::atoi(argv[4]);
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attr");
   std::vector<Layer> all;
@@ -309,7 +313,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   };
   const uint32_t tile_ns = argc > 2 ? std::atoi(argv[2]) : 1500;
-  if (argc == 4 && std::string(argv[3]) == "plain") {  // the interpreter's way only, no feeders
+  if ((argc == 4 || argc == 5) && std::string(argv[3]) == "plain") {  // the interpreter's way only, no feeders
     run(0, 1, 0, tile_ns, true);
     return 0;
   }
