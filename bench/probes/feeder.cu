@@ -1,4 +1,4 @@
-// A standalone probe (no project code): can a few SMs that only ask L2 for the weights ahead of
+// A standalone probe (the interpreter's ring and block primitives, no op or schedule): can a few SMs that only ask L2 for the weights ahead of
 // the others keep HBM streaming while the computing SMs pause their rings around each task's
 // input and signal and wait for each other between ops?
 //
@@ -11,7 +11,7 @@
 // send `cp.async.bulk.prefetch.L2` for each, at most `lead` rows past the slowest ring's issue.
 // The weights are the same bytes in every configuration: fewer computing SMs take more tiles.
 //
-// Build (Hopper): nvcc -O3 -std=c++17 -arch=sm_90a -o feeder bench/probes/feeder.cu
+// Build (Hopper), from the repository's root: nvcc -O3 -std=c++20 -arch=sm_90a -I. -o feeder bench/probes/feeder.cu
 // Run: ./feeder [model [tile_ns [plain]]] (model 1b: a Llama-3.2-1B-like layer list at a short step; 8b:
 // Llama-3.1-8B-like; 1b-fused: the 1B with the attention done by every o-proj task, a barrier fewer a layer;
 // 1b-no-attention: the 1B without its attention). `plain` runs the interpreter's way only, no feeders; a number
@@ -26,9 +26,13 @@
 #include <string>
 #include <vector>
 
+#include "device/cuda/block.cuh"  // kWarps, kThreads, kBlockThreads, block_sync: the interpreter's block
+#include "device/cuda/ring.cuh"   // kStageBytes, the mbarrier and bulk-copy wrappers
+
 namespace {
 
-constexpr uint32_t kStage = 16384, kStages = 11, kWarps = 11, kThreads = kWarps * 32, kBlock = kThreads + 32;
+using namespace mk::device;
+constexpr uint32_t kStage = kStageBytes, kStages = kWarps, kBlock = kBlockThreads;  // a ring stage per compute warp
 constexpr uint32_t kMaxOps = 1024;
 
 void check(cudaError_t e, const char* what) {
@@ -58,20 +62,10 @@ struct Params {
   float* sink;
 };
 
-__device__ __forceinline__ uint32_t smem(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ uint64_t now() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
-}
-__device__ __forceinline__ void block_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory"); }
-__device__ __forceinline__ bool try_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-               : "=r"(done)
-               : "r"(smem(bar)), "r"(parity)
-               : "memory");
-  return done != 0;
 }
 __device__ __forceinline__ uint32_t load_relaxed(const uint32_t* p) {
   uint32_t v;
@@ -125,18 +119,17 @@ __global__ void __launch_bounds__(kBlock, 1) probe(const Params p) {
   const uint32_t sm = blockIdx.x;
   if (tid == 0) {
     for (uint32_t s = 0; s < kStages; ++s) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem(full + s)), "r"(1));
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem(empty + s)), "r"(32));
+      mbar_init(full + s, 1);
+      mbar_init(empty + s, 32);  // the lanes of the one warp that consumes the stage
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_fence_init();
     quiet = 0;
   }
   __syncthreads();
 
   if (warp == kWarps) {  // the producer
     if (lane != 0) return;
-    uint64_t policy;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    const uint64_t policy = evict_first_policy();
     uint32_t stage = 0, parity = 1, n = 0;
     bool first = true;
     for (uint32_t k = 0; k < p.nops; ++k) {
@@ -144,16 +137,11 @@ __global__ void __launch_bounds__(kBlock, 1) probe(const Params p) {
         while (*static_cast<volatile uint32_t*>(&quiet)) {
         }
         if (!first)
-          while (!try_wait(empty + stage, parity)) {
+          while (!mbar_try_wait(empty + stage, parity)) {
           }
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem(full + stage)), "r"(kStage) : "memory");
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
-                smem(ring + stage * kStage)),
-            "l"(p.weights + (p.wrap ? (p.op_base[k] + (uint64_t{sm} * p.ops[k].tiles + j) * kStage) % p.wrap
-                                   : p.op_base[k] + (uint64_t{sm} * p.ops[k].tiles + j) * kStage)),
-            "r"(kStage), "r"(smem(full + stage)), "l"(policy)
-            : "memory");
+        const uint64_t at = p.op_base[k] + (uint64_t{sm} * p.ops[k].tiles + j) * kStage;
+        mbar_expect_bytes(full + stage, kStage);
+        bulk_copy(ring + stage * kStage, p.weights + (p.wrap ? at % p.wrap : at), kStage, full + stage, policy);
         if (++stage == kStages) stage = 0, parity ^= 1, first = false;
         if (++n % 4 == 0) asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p.issued + sm), "r"(n) : "memory");
       }
@@ -164,7 +152,6 @@ __global__ void __launch_bounds__(kBlock, 1) probe(const Params p) {
 
   float acc = 0;
   uint32_t t = 0;  // this SM's tiles so far
-  __shared__ bool dummy;
   for (uint32_t k = 0; k < p.nops; ++k) {
     const Op op = p.ops[k];
     if (k > 0) {
@@ -186,7 +173,7 @@ __global__ void __launch_bounds__(kBlock, 1) probe(const Params p) {
       const uint32_t g = t + j, stage = g % kStages;
       if (stage != warp) continue;
       const uint32_t parity = (g / kStages) & 1;
-      while (!try_wait(full + stage, parity)) {
+      while (!mbar_try_wait(full + stage, parity)) {
       }
       const uint4* tile = reinterpret_cast<const uint4*>(ring + stage * kStage);
       uint32_t x = 0;
@@ -196,7 +183,7 @@ __global__ void __launch_bounds__(kBlock, 1) probe(const Params p) {
       const uint64_t until = now() + p.tile_ns;
       while (now() < until) {
       }
-      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem(empty + stage)) : "memory");
+      mbar_arrive(empty + stage);
     }
     t += op.tiles;
     block_sync();
@@ -209,7 +196,6 @@ __global__ void __launch_bounds__(kBlock, 1) probe(const Params p) {
     }
   }
   if (acc == 12345.0f) p.sink[sm] = acc;
-  (void)dummy;
 }
 
 struct Layer {

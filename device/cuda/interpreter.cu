@@ -82,9 +82,10 @@ __device__ __forceinline__ uint32_t load_counter(const uint32_t* p) {
   return v;
 }
 
-// Waiters (a counter's poll, the producer's wait for a stage or the end of a pause) read the
-// abort flag on every kAbortCheck-th failed poll only: each read is a round trip to L2, behind
-// this SM's copies in flight, between seeing what they wait for and acting on it.
+// A counter's poll reads the abort flag on every kAbortCheck-th failed poll only: each read is a
+// round trip to L2, behind this SM's copies in flight, between seeing what it waits for and
+// acting on it. The producer's waits (for a stage, the end of a pause, an open step) check as
+// seldom whether the compute warps have left, so that a spin stays one shared-memory read.
 inline constexpr uint32_t kAbortCheck = 64;
 
 __device__ __forceinline__ uint64_t global_timer() {
@@ -213,13 +214,13 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring, const vo
   bool first_round = true;
   const uint64_t policy = evict_first_policy();  // every tile is read once per step
   uint32_t polls = 0;
-  auto aborted = [&] { return ++polls % kAbortCheck == 0 && *gone != 0; };
+  auto warps_left = [&] { return ++polls % kAbortCheck == 0 && *gone != 0; };
   uint32_t fenced = 0;  // the last step whose earlier steps' data the copies may read
   auto stream = [&](const auto& tiles, uint32_t step) {
     const uint32_t n = tiles.count();
     if (n && reads_earlier_steps(tiles) && fenced < step) {
       while (*step_open < step)
-        if (aborted()) return false;
+        if (warps_left()) return false;
       // The compute warps saw the other SMs' writes (ordinary stores) before they opened the
       // step: acquire what they saw, then order it before the bulk copies (the async proxy).
       // Once a step, whether or not the producer had to wait.
@@ -230,10 +231,10 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring, const vo
     for (uint32_t j = 0; j < n; ++j) {
       const WeightTile t = tiles.at(j);
       while (ring.paused())
-        if (aborted()) return false;
+        if (warps_left()) return false;
       if (!first_round)
         while (!mbar_try_wait(ring.empty + stage, parity))
-          if (aborted()) return false;
+          if (warps_left()) return false;
       unsigned char* dst = ring.stages + stage * kStageBytes;
       mbar_expect_bytes(ring.full + stage, t.total_bytes());
       for (uint32_t k = 0; k < t.pieces; ++k)
