@@ -1,13 +1,14 @@
 // A standalone probe of the matvec's consumer: how long one warp holds a 16 KiB ring tile
 // (detail::consume_tile, the interpreter's own code) when the tile has already landed, for the
 // tile shapes of the benchmark's models, with 1, 4 or all compute warps busy at once, each on a
-// tile of its own ("own") or all on slices of one ("shared", as a task's last tiles are taken).
+// tile of its own. (Earlier versions also timed all the warps on slices of one tile, variants of
+// the inner loop and a tensor-core consumer: bench/probe-consume-2026-12-02.log, NOTES 91-92.)
 //
 // The stream probe (feeder.cu) prices a tile's hold time: 1.5 -> 0.7 us took its synthetic 1B
 // step from 911 to 852 us. This measures what the real consumer holds.
 //
 // Build (Hopper), from the repository's root: nvcc -O3 -std=c++20 -arch=sm_90a -I. -o consume bench/probes/consume.cu
-// Run: ./consume (prints ns per tile per warp; for "shared", per tile)
+// Run: ./consume (prints ns per tile per warp)
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -31,47 +32,11 @@ void check(cudaError_t e, const char* what) {
 
 constexpr uint32_t kMaxCols = 9728;  // the widest input here (Qwen3-4B down)
 
-// Variants of the consumer's inner loop, to price against it: U chunks a lane per iteration.
-template <uint32_t NR, uint32_t U>
-__device__ __forceinline__ void dot_rows_u(const uint4* row, uint32_t n8, const float4* xlo, const float4* xhi, uint32_t first,
-                                           float (&a)[4]) {
-#pragma unroll U
-  for (uint32_t c = first; c < n8; c += 32) {
-    uint4 w[NR];
-#pragma unroll
-    for (uint32_t r = 0; r < NR; ++r) w[r] = row[r * n8 + c];
-    const float4 xa = xlo[c], xb = xhi[c];
-#pragma unroll
-    for (uint32_t r = 0; r < NR; ++r) a[r] += dot8(w[r], xa, xb);
-  }
-}
-template <uint32_t U>
-__device__ __forceinline__ void consume_tile_u(const WeightTile& t, const uint16_t* w, const float4* xlo, const float4* xhi,
-                                               float* acc) {
-  const uint32_t lane = threadIdx.x % 32, n8 = t.cols / 8, c0 = t.col0 / 8;
-  const uint4* tile = reinterpret_cast<const uint4*>(w);
-  for (uint32_t r0 = 0; r0 < t.rows; r0 += 4) {
-    const uint32_t nr = min(4u, t.rows - r0);
-    const uint4* row = tile + r0 * n8;
-    float a[4] = {0, 0, 0, 0};
-    switch (nr) {
-      case 4: dot_rows_u<4, U>(row, n8, xlo + c0, xhi + c0, lane, a); break;
-      case 3: dot_rows_u<3, U>(row, n8, xlo + c0, xhi + c0, lane, a); break;
-      case 2: dot_rows_u<2, U>(row, n8, xlo + c0, xhi + c0, lane, a); break;
-      default: dot_rows_u<1, U>(row, n8, xlo + c0, xhi + c0, lane, a); break;
-    }
-    const float s = detail::warp_sum4(a[0], a[1], a[2], a[3]);
-    if (lane % 8 == 0 && lane / 8 < nr) atomicAdd(acc + t.acc_row + r0 + lane / 8, s);
-  }
-}
-enum Kind : uint32_t { kOwn, kShared, kUnroll1, kUnroll4, kUnroll8, kKinds };
-const char* const kKindNames[] = {"own", "shared", "own-u1", "own-u4", "own-u8"};
-
 // Every block: the tiles in shared memory (kWarps stages of random bf16), x in its two planes;
 // warps < active each consume their stage's tile `reps` times; thread 0 of each warp records
 // its cycles.
 __global__ void __launch_bounds__(kBlockThreads, 1)
-    probe(uint32_t kind, uint32_t cols, uint32_t tile_cols, uint32_t rows, uint32_t active, uint32_t reps, uint64_t* cycles,
+    probe(uint32_t cols, uint32_t tile_cols, uint32_t rows, uint32_t active, uint32_t reps, uint64_t* cycles,
           float* sink) {
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* stages = smem;
@@ -89,16 +54,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
   const uint16_t* w = reinterpret_cast<const uint16_t*>(stages + warp * kStageBytes);
   __syncwarp();
   const uint64_t start = clock64();
-  if (kind == kShared)  // every active warp a slice of stage 0's tile
-    for (uint32_t r = 0; r < reps; ++r) detail::consume_tile(t, w - warp * kStageBytes / 2, xlo, xhi, warp, active, acc);
-  else if (kind == kUnroll1)
-    for (uint32_t r = 0; r < reps; ++r) consume_tile_u<1>(t, w, xlo, xhi, acc);
-  else if (kind == kUnroll4)
-    for (uint32_t r = 0; r < reps; ++r) consume_tile_u<4>(t, w, xlo, xhi, acc);
-  else if (kind == kUnroll8)
-    for (uint32_t r = 0; r < reps; ++r) consume_tile_u<8>(t, w, xlo, xhi, acc);
-  else
-    for (uint32_t r = 0; r < reps; ++r) detail::consume_tile(t, w, xlo, xhi, 0, 1, acc);
+  for (uint32_t r = 0; r < reps; ++r) detail::consume_tile(t, w, xlo, xhi, acc);
   __syncwarp();
   const uint64_t end = clock64();
   if (tid % 32 == 0) cycles[blockIdx.x * kWarps + warp] = end - start;
@@ -130,10 +86,10 @@ int main() {
   const uint32_t reps = 200;
   std::printf("SM clock %.0f MHz; ns per 16 KiB tile per warp (median over %d SMs x warps), and the SM's consumption\n",
               clock_khz / 1e3, sms);
-  std::printf("%-44s %-7s %7s %12s %14s\n", "shape", "kind", "warps", "ns / tile", "GB/s per SM");
-  for (const Shape& s : shapes) for (uint32_t kind = 0; kind < kKinds; ++kind) {
+  std::printf("%-44s %7s %12s %14s\n", "shape", "warps", "ns / tile", "GB/s per SM");
+  for (const Shape& s : shapes) {
     for (uint32_t active : {1u, 4u, kWarps}) {
-      probe<<<sms, kBlockThreads, shared>>>(kind, s.cols, s.tile_cols, s.rows, active, reps, cycles, sink);
+      probe<<<sms, kBlockThreads, shared>>>(s.cols, s.tile_cols, s.rows, active, reps, cycles, sink);
       check(cudaGetLastError(), "launch");
       check(cudaDeviceSynchronize(), "run");
       std::vector<uint64_t> host(sms * kWarps), v;
@@ -143,9 +99,7 @@ int main() {
       std::sort(v.begin(), v.end());
       const double ns = v[v.size() / 2] / (clock_khz / 1e6) / reps;
       const double bytes = double(s.tile_cols) * 2 * s.rows;
-      // A shared tile is one tile for all the active warps.
-      std::printf("%-44s %-7s %7u %12.1f %14.1f\n", s.what, kKindNames[kind], active, ns,
-                  (kind == kShared ? 1 : active) * bytes / ns);
+      std::printf("%-44s %7u %12.1f %14.1f\n", s.what, active, ns, active * bytes / ns);
     }
   }
   return 0;

@@ -280,7 +280,6 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
   // The step's context, in shared memory rather than the loop's registers (held there, it
   // made the kernel spill).
   __shared__ schedule::StepContext step;
-  const uint32_t share = max(1u, kWarps / p.ring_stages);
   if (threadIdx.x == 0) {
     for (uint32_t s = 0; s < p.ring_stages; ++s) mbar_init(full + s, 1), mbar_init(empty + s, WeightRing::kEmptyArrivals);
     mbar_fence_init();
@@ -290,7 +289,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
     step = step_context(p, 0);
   }
   __syncthreads();
-  WeightRing ring{smem, p.ring_stages, full, empty, share, 0, &quiet};
+  WeightRing ring{smem, p.ring_stages, full, empty, 0, &quiet};
   if (threadIdx.x / 32 == kWarps) {  // the producer warp
     if (threadIdx.x % 32 == 0) produce_weights(p, ring, &step_open, &gone);
     return;

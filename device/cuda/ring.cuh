@@ -34,7 +34,6 @@ struct WeightRing {
   uint32_t count;
   uint64_t* full;
   uint64_t* empty;
-  uint32_t share;      // matvec: warps s, s + count, ... (`share` of them) consume stage s
   uint32_t next_tile;  // the launch's tile counter, advanced alike by every compute thread
   // While set, the producer issues no bulk copy (tiles already landed keep the compute warps
   // busy). Thread 0 of an op sets it (pause) once the op has consumed its tiles, and the
@@ -52,7 +51,7 @@ struct WeightRing {
   uint32_t* quiet;
 
   // A stage's kWarps arrivals per tile, shared out among the `share` warps that consume it:
-  // what warp h of them arrives with (matvec, attention).
+  // what warp h of them arrives with (the attention's).
   __device__ static uint32_t releases(uint32_t share, uint32_t h) { return kWarps / share + (h < kWarps % share); }
   // The empty barrier counts lanes (ring_release): kEmptyArrivals per tile.
   static constexpr uint32_t kEmptyArrivals = kWarps * 32;

@@ -142,13 +142,14 @@ __device__ __forceinline__ void dot_rows(const uint4* row, uint32_t n8, const fl
   }
 }
 
-// One warp's share of one tile: lane chunks (8 columns each) h*32 + lane + j*32*share, four
-// rows at a time, so each slice of x is read from shared memory once per four rows. x is held
-// as two planes (columns 8c..8c+3 at xlo[c], 8c+4..8c+7 at xhi[c]): 16-byte reads, no bank
-// conflicts.
+// One tile by one warp: lane chunks (8 columns each) lane, lane + 32, ..., four rows at a time,
+// so each slice of x is read from shared memory once per four rows. x is held as two planes
+// (columns 8c..8c+3 at xlo[c], 8c+4..8c+7 at xhi[c]): 16-byte reads, no bank conflicts. The
+// stride is a constant: a warp's slice of a tile shared with others (a stride of 32 times their
+// number, known at run time) took 0.95 us a tile against 0.85 (bench/probes/consume.cu).
 __device__ __forceinline__ void consume_tile(const WeightTile& t, const uint16_t* w, const float4* xlo, const float4* xhi,
-                                             uint32_t h, uint32_t share, float* acc) {
-  const uint32_t lane = threadIdx.x % 32, n8 = t.cols / 8, c0 = t.col0 / 8, first = h * 32 + lane, step = 32 * share;
+                                             float* acc) {
+  const uint32_t lane = threadIdx.x % 32, n8 = t.cols / 8, c0 = t.col0 / 8, first = lane, step = 32;
   const uint4* tile = reinterpret_cast<const uint4*>(w);
   for (uint32_t r0 = 0; r0 < t.rows; r0 += 4) {
     const uint32_t nr = min(4u, t.rows - r0);
@@ -199,8 +200,8 @@ __device__ __forceinline__ float load_input(const float4* in4, const uint2* norm
   return ss;
 }
 
-// The producer warp streams the weight tiles into the ring; the `share` warps of stage s
-// consume its tiles, each a slice of the columns, adding into shared accumulators. The norm
+// The producer warp streams the weight tiles into the ring; compute warp s consumes stage s's
+// tiles (warps past the ring's stages have none), adding into shared accumulators. The norm
 // is folded in: x is held as in * norm_weight, and the sum of squares scales the finished
 // rows, so no barrier stands between the input load and the first tile.
 //
@@ -239,22 +240,20 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
   bc.ring.resume();
   bc.mark(0);
 
-  // Tile j of this task is tile next_tile + j of the launch: ring stage (next_tile + j) % count.
-  // The `share` warps of a stage take its tiles in turn, each a slice of every tile's columns.
+  // Tile j of this task is tile next_tile + j of the launch: ring stage (next_tile + j) % count,
+  // which warp `stage` takes, with all of the tile's kWarps arrivals.
   WeightRing& ring = bc.ring;
   const MatvecTiles all = task_tiles;  // gpu_prefetch's, from the wait
-  const uint32_t tiles = all.count(), count = ring.count, h = warp / count;
-  if (h < ring.share) {
-    const uint32_t stage = warp % count;
-    const uint32_t releases = WeightRing::releases(ring.share, h);
+  const uint32_t tiles = all.count(), count = ring.count;
+  if (warp < count) {
+    const uint32_t stage = warp;
     uint32_t j = (stage + count - ring.next_tile % count) % count;  // my first tile
     uint32_t parity = ((ring.next_tile + j) / count) & 1;
     for (; j < tiles; j += count, parity ^= 1) {
       const WeightTile t = all.at(j);
       mbar_wait(ring.full + stage, parity);
-      detail::consume_tile(t, reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes), xlo, xhi, h, ring.share,
-                           acc);
-      ring_release(ring, stage, releases);
+      detail::consume_tile(t, reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes), xlo, xhi, acc);
+      ring_release(ring, stage, kWarps);
     }
   }
   ring.next_tile += tiles;
