@@ -146,7 +146,7 @@ __device__ __forceinline__ void dot_rows(const uint4* row, uint32_t n8, const fl
 // so each slice of x is read from shared memory once per four rows. x is held as two planes
 // (columns 8c..8c+3 at xlo[c], 8c+4..8c+7 at xhi[c]): 16-byte reads, no bank conflicts. The
 // stride is a constant: a warp's slice of a tile shared with others (a stride of 32 times their
-// number, known at run time) took 0.95 us a tile against 0.85 (bench/probes/consume.cu).
+// number, known at run time) took 0.95 us a tile against 0.85 (bench/NOTES.md 95).
 __device__ __forceinline__ void consume_tile(const WeightTile& t, const uint16_t* w, const float4* xlo, const float4* xhi,
                                              float* acc) {
   const uint32_t lane = threadIdx.x % 32, n8 = t.cols / 8, c0 = t.col0 / 8, first = lane, step = 32;
