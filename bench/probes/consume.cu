@@ -11,11 +11,11 @@
 // Run: ./consume (prints ns per tile per warp)
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
-#include <algorithm>
 
 #include "device/ops/matvec.cuh"
 
