@@ -569,6 +569,92 @@ TEST_CASE("a wait timing out while the other SMs stream their LM head ends the l
   CHECK(error->report.sm < broken.sm_count);
 }
 
+TEST_CASE("the watchdog of the wait between a launch's steps reports an SM still in the step before (code 2), and the GPU stays usable") {
+  // Before a launch's second step every SM waits, for twice the watchdog, until every SM has
+  // finished the first. One SM's last instruction, an LM head task, gets 20000 copies behind it
+  // without waits or signals: that SM runs them for milliseconds after its last signal, while the
+  // others, waiting on nothing of it, finish the step and wait at the barrier. No counter wait can
+  // time out (code 1): none waits on the copies, and the copies wait on nothing. The watchdog is an
+  // eighth of the copies' time (measured in launches of one step, which have no barrier), so the
+  // barrier's wait times out with three quarters of the copies still to run.
+  const int sms = device::cuda_device_sm_count();
+  const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/tiny-llama.yaml");
+  const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
+  schedule::Schedule broken = plan.schedule;  // not re-verified: the test skips the planner's proof
+  auto lm_head_last = [&](uint32_t sm) {
+    if (broken.sm_offsets[sm] == broken.sm_offsets[sm + 1]) return false;
+    const schedule::Instruction& last = broken.instructions[broken.sm_offsets[sm + 1] - 1];
+    return last.opcode == static_cast<uint16_t>(schedule::Opcode::matvec) &&
+           schedule::payload_as<schedule::MatvecPayload>(last).out == broken.logits_tensor;
+  };
+  uint32_t slow = 0;
+  while (slow < broken.sm_count && !lm_head_last(slow)) ++slow;
+  REQUIRE(slow < broken.sm_count);
+  schedule::Instruction copy = broken.instructions[broken.sm_offsets[slow + 1] - 1];
+  copy.wait_count = copy.short_wait_count = 0;
+  copy.signal_count = copy.short_signal_count = 0;
+  copy.wait_begin = copy.signal_begin = copy.short_signal_begin = 0;
+  constexpr uint32_t kCopies = 20000;
+  broken.instructions.insert(broken.instructions.begin() + broken.sm_offsets[slow + 1], kCopies, copy);
+  for (uint32_t sm = slow + 1; sm <= broken.sm_count; ++sm) broken.sm_offsets[sm] += kCopies;
+  auto fill_weights = [&](device::CudaExecutor& exec) {
+    for (uint32_t t = 0; t < broken.tensors.size(); ++t)
+      if (broken.tensors[t].role == schedule::Role::weight) exec.fill_random(t, t + 1, 0.05f);
+  };
+  device::ExecutorOptions eo;
+  eo.max_context = 8;
+  float slow_ms = 0;
+  {
+    device::CudaExecutor exec(broken, eo);
+    fill_weights(exec);
+    exec.timed_step(1, 0);  // timed: the second launch, not one that may also load the kernel
+    slow_ms = exec.timed_step(1, 1);
+  }
+  REQUIRE(slow_ms > 5.0f);  // a watchdog of over 0.6 ms: far beyond any wait of a tiny-llama step
+  eo.watchdog_seconds = slow_ms / 8e3;
+  device::CudaExecutor exec(broken, eo);
+  fill_weights(exec);
+  const uint64_t launches = exec.launches();
+  const auto start = std::chrono::steady_clock::now();
+  auto run = std::async(std::launch::async, [&]() -> std::optional<device::WatchdogError> {
+    try {
+      exec.timed_steps(1, 0, 2);
+    } catch (const device::WatchdogError& e) {
+      return e;
+    }
+    return std::nullopt;
+  });
+  if (run.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    FAIL_CHECK("the launch still runs 20 s after its watchdog fired");
+    std::fflush(stdout);
+    std::_Exit(1);  // the GPU is held by a kernel that never ends: nothing after this could run
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::optional<device::WatchdogError> error = run.get();
+  REQUIRE(error.has_value());
+  MESSAGE("SM ", slow, "'s ", kCopies, " copies: ", slow_ms, " ms; watchdog ", eo.watchdog_seconds * 1e3,
+          " ms; the launch ended after ", seconds * 1e3, " ms with: ", std::string(error->what()));
+  CHECK(exec.launches() == launches + 1);  // both steps in one launch: the barrier is the kernel's
+  CHECK(error->report.counter == ~0u);     // the step report, not a counter's
+  CHECK(error->report.sm != slow);
+  CHECK(error->report.sm < broken.sm_count);
+  CHECK(error->report.value == broken.sm_count - 1);  // every SM but the slow one had finished
+  CHECK(error->report.target == broken.sm_count);
+  CHECK(std::string(error->what()).find("for every SM to finish the step before position 1; ") != std::string::npos);
+  CHECK(seconds < 3.0);
+  // The same device, a correct schedule: runs and matches the emulator.
+  TempDir dir("watchdog_step");
+  device::write_random_checkpoint(plan.schedule, dir.path, 8);
+  const device::Checkpoint ckpt = device::Checkpoint::open(dir.path);
+  device::RuntimeOptions ro;
+  ro.max_context = 8;
+  auto gpu = device::make_cuda_backend(plan.schedule, ckpt, ro);
+  auto emu = device::make_emulator_backend(plan.schedule, ckpt, ro);
+  gpu->step(3, 0);
+  emu->step(3, 0);
+  CHECK(test::rel_error(gpu->logits(), emu->logits()) < 1e-3);
+}
+
 TEST_CASE("a schedule planned for another SM count is refused with a way out") {
   const int sms = device::cuda_device_sm_count();
   const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/tiny-llama.yaml");
