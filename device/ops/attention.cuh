@@ -130,10 +130,10 @@ __device__ __forceinline__ void split_bf16(float x0, float x1, uint32_t& hi, uin
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(x1 - bf16_hi(hi)), "f"(x0 - bf16_lo(hi)));
 }
 
-// Zeroes the bf16 halves of a fragment register whose rows (positions first, first + 1) are
-// at or past `valid`: the stage holds stale bytes there, which could be NaN.
-__device__ __forceinline__ uint32_t keep_rows(uint32_t r, uint32_t first, uint32_t valid) {
-  return first + 1 < valid ? r : first < valid ? r & 0xffffu : 0u;
+// The mask that zeroes the bf16 halves of a fragment register whose rows (positions first,
+// first + 1) are at or past `valid`: the stage holds stale bytes there, which could be NaN.
+__device__ __forceinline__ uint32_t row_mask(uint32_t first, uint32_t valid) {
+  return first + 1 < valid ? ~0u : first < valid ? 0xffffu : 0u;
 }
 
 // One warp's online softmax over some of a kv group's positions, 16 at a time, on the tensor
@@ -154,18 +154,34 @@ struct WarpAttention {
   }
 
   // Positions pos0 .. pos0 + valid - 1 (valid <= 16), k and v rows at shared addresses k, v
-  // (the cache's layout: kv_index), q at shared address q (rows of q_stride(hd) bf16).
-  __device__ void add(uint32_t q, uint32_t k, uint32_t v, uint32_t pos0, uint32_t valid, uint32_t hd) {
+  // (the cache's layout: kv_index), q at shared address q (rows of q_stride(hd) bf16). The
+  // benchmark's head sizes get a step of their own, unrolled without a branch (HD); others the
+  // general one (HD 0).
+  __device__ __forceinline__ void add(uint32_t q, uint32_t k, uint32_t v, uint32_t pos0, uint32_t valid, uint32_t hd) {
+    if (hd == 64) add_hd<64>(q, k, v, pos0, valid, hd);
+    else if (hd == 128) add_hd<128>(q, k, v, pos0, valid, hd);
+    else add_hd<0>(q, k, v, pos0, valid, hd);
+  }
+
+  // With HD known, the step is unrolled without a bound check between a multiply and the next
+  // loads, so they are issued ahead: one warp's block of 16 positions 527 -> 305 ns at head_dim
+  // 64, 769 -> 379 at 128 (bench/probes/attend.cu, NOTES 97). The scores' k loop is unrolled
+  // by two only, and their sum kept in one chain: unrolled whole, or in two chains, the body
+  // needed registers that the kernel's loop then gave up to spills (40 bytes, +2 to +6 % a step).
+  template <uint32_t HD>
+  __device__ __forceinline__ void add_hd(uint32_t q, uint32_t k, uint32_t v, uint32_t pos0, uint32_t valid, uint32_t hd_any) {
+    const uint32_t hd = HD ? HD : hd_any;
+    constexpr uint32_t NS = HD ? HD / 16 : NT / 2, NV = HD ? HD / 8 : NT;  // steps of 16 in k, column tiles of 8
     const uint32_t lane = threadIdx.x % 32, quad = lane % 4, mat = lane / 8, row = lane % 8;
     // Scores. A (q): matrices (rows 0-7, chunk 2s), (8-15, 2s), (0-7, 2s + 1), (8-15, 2s + 1);
     // B (k, a row per position): (positions 0-7, chunk 2s), (0-7, 2s + 1), (8-15, 2s), (8-15, 2s + 1).
     const uint32_t qrow = q + (row + (mat & 1) * 8) * q_stride(hd) * 2 + (mat / 2) * 16;
     const uint32_t kpos = row + (mat / 2) * 8, kswz = kv_chunk_swizzle(pos0 + kpos, hd);
     const uint32_t krow = k + kpos * hd * 2;
-    float s0[4] = {0, 0, 0, 0}, s1[4] = {0, 0, 0, 0};
-#pragma unroll
-    for (uint32_t s = 0; s < NT / 2; ++s) {
-      if (s >= hd / 16) break;
+    float s0[4] = {}, s1[4] = {};
+#pragma unroll 2
+    for (uint32_t s = 0; s < NS; ++s) {
+      if (!HD && s >= hd / 16) break;
       uint32_t a[4], b[4];
       load_matrices(qrow + s * 32, a);
       load_matrices(krow + (((2 * s + (mat & 1)) ^ kswz) * 16), b);
@@ -173,12 +189,10 @@ struct WarpAttention {
       mma(s1, a, b[2], b[3]);
     }
     float sc[4] = {s0[0] + s0[2], s0[1] + s0[3], s1[0] + s1[2], s1[1] + s1[3]};
-    if (valid < 16) {
-      if (2 * quad >= valid) sc[0] = -INFINITY;
-      if (2 * quad + 1 >= valid) sc[1] = -INFINITY;
-      if (2 * quad + 8 >= valid) sc[2] = -INFINITY;
-      if (2 * quad + 9 >= valid) sc[3] = -INFINITY;
-    }
+    if (2 * quad >= valid) sc[0] = -INFINITY;
+    if (2 * quad + 1 >= valid) sc[1] = -INFINITY;
+    if (2 * quad + 8 >= valid) sc[2] = -INFINITY;
+    if (2 * quad + 9 >= valid) sc[3] = -INFINITY;
     // Online softmax: the head's max over the quad, the rescale only when some max moved.
     float mx = fmaxf(fmaxf(sc[0], sc[1]), fmaxf(sc[2], sc[3]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -192,25 +206,26 @@ struct WarpAttention {
     m = m_new;
     if (__any_sync(0xffffffffu, c != 1.0f)) {
 #pragma unroll
-      for (uint32_t t = 0; t < NT; ++t) acc[t][0] *= c, acc[t][1] *= c, acc[t][2] *= c, acc[t][3] *= c;
+      for (uint32_t t = 0; t < NV; ++t) {
+        if (!HD && t >= hd / 8) break;
+        acc[t][0] *= c, acc[t][1] *= c, acc[t][2] *= c, acc[t][3] *= c;
+      }
     }
     uint32_t p[4];  // A (weights): rows g (hi) and g + 8 (lo), positions 2 quad, + 1, then + 8, + 9
     split_bf16(pr[0], pr[1], p[0], p[1]);
     split_bf16(pr[2], pr[3], p[2], p[3]);
-    // B (v transposed): matrices (positions 0-7, chunk t), (8-15, t), (0-7, t + 1), (8-15, t + 1).
+    // B (v transposed): matrices (positions 0-7, chunk t), (8-15, t), (0-7, t + 1), (8-15, t + 1),
+    // rows past `valid` zeroed by mask (no branch between the loads).
     const uint32_t vpos = row + (mat & 1) * 8, vswz = kv_chunk_swizzle(pos0 + vpos, hd);
     const uint32_t vrow = v + vpos * hd * 2;
+    const uint32_t lo = row_mask(2 * quad, valid), hi = row_mask(2 * quad + 8, valid);
 #pragma unroll
-    for (uint32_t t = 0; t < NT; t += 2) {
-      if (t >= hd / 8) break;
+    for (uint32_t t = 0; t < NV; t += 2) {
+      if (!HD && t >= hd / 8) break;
       uint32_t b[4];
       load_matrices_transposed(vrow + (((t + mat / 2) ^ vswz) * 16), b);
-      if (valid < 16) {
-        b[0] = keep_rows(b[0], 2 * quad, valid), b[2] = keep_rows(b[2], 2 * quad, valid);
-        b[1] = keep_rows(b[1], 2 * quad + 8, valid), b[3] = keep_rows(b[3], 2 * quad + 8, valid);
-      }
-      mma(acc[t], p, b[0], b[1]);
-      mma(acc[t + 1], p, b[2], b[3]);
+      mma(acc[t], p, b[0] & lo, b[1] & hi);
+      mma(acc[t + 1], p, b[2] & lo, b[3] & hi);
     }
   }
 };
