@@ -2,7 +2,8 @@
 // of 16 cached positions (detail::WarpAttention::add, the interpreter's own code) on a tile
 // already in shared memory, at head_dim 64 and 128, with 1, 4 or all compute warps busy at once,
 // each on blocks of its own tile; the first call of a launch (cold instruction caches) apart
-// from the calls after it.
+// from the calls after it. Both steps: the one of the head size ("own", what the benchmark's
+// models take) and the general one ("general", what other head sizes take).
 //
 // The interpreter's trace put a short step's tile phase at 1.6 us for one block a warp
 // (Llama-3.2-1B at 32 positions) and a second block on the same warp at +0.83 us (NOTES 96):

@@ -164,10 +164,11 @@ struct WarpAttention {
   }
 
   // With HD known, the step is unrolled without a bound check between a multiply and the next
-  // loads, so they are issued ahead: one warp's block of 16 positions 527 -> 305 ns at head_dim
-  // 64, 769 -> 379 at 128 (bench/probes/attend.cu, NOTES 97). The scores' k loop is unrolled
-  // by two only, and their sum kept in one chain: unrolled whole, or in two chains, the body
-  // needed registers that the kernel's loop then gave up to spills (40 bytes, +2 to +6 % a step).
+  // loads, so they are issued ahead: one warp's block of 16 positions 527 -> 349 ns at head_dim
+  // 64, 769 -> 486 at 128 (bench/probes/attend.cu, NOTES 97). The scores' k loop is unrolled
+  // by two only, and their sum kept in one chain: unrolled whole and in two chains it took 305
+  // and 379 ns, but the body needed registers that the kernel's loop then gave up to spills
+  // (40 bytes, +1 to +6 % a step).
   template <uint32_t HD>
   __device__ __forceinline__ void add_hd(uint32_t q, uint32_t k, uint32_t v, uint32_t pos0, uint32_t valid, uint32_t hd_any) {
     const uint32_t hd = HD ? HD : hd_any;
