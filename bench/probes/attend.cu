@@ -19,18 +19,14 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench/probes/check.hpp"
 #include "device/ops/attention.cuh"
 
 namespace {
 
 using namespace mk::device;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+using mk::probes::check;
 
 // Every block: kWarps stages of random bf16 k (first half) and v (second half), q for the
 // tensor cores; warps < active each run `reps` blocks of 16 positions over their own stage's

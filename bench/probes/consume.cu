@@ -17,18 +17,14 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench/probes/check.hpp"
 #include "device/ops/matvec.cuh"
 
 namespace {
 
 using namespace mk::device;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+using mk::probes::check;
 
 constexpr uint32_t kMaxCols = 9728;  // the widest input here (Qwen3-4B down)
 

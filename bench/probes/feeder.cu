@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/probes/check.hpp"
 #include "device/cuda/block.cuh"  // kWarps, kThreads, kBlockThreads, block_sync: the interpreter's block
 #include "device/cuda/ring.cuh"   // kStageBytes, the mbarrier and bulk-copy wrappers
 
@@ -35,12 +36,7 @@ using namespace mk::device;
 constexpr uint32_t kStage = kStageBytes, kStages = kWarps, kBlock = kBlockThreads;  // a ring stage per compute warp
 constexpr uint32_t kMaxOps = 1024;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+using mk::probes::check;
 
 struct Op {
   uint32_t tiles;         // per computing SM

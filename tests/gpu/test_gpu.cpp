@@ -517,6 +517,31 @@ TEST_CASE("the watchdog turns a wait that can never be met into a report, and th
   CHECK(test::rel_error(gpu->logits(), emu->logits()) < 1e-3);
 }
 
+namespace {
+
+// Runs `launch` (which must end in a watchdog report) on a thread of its own and returns the
+// report; a launch still running 20 s on fails the test and ends the process, since the GPU is
+// then held by a kernel that never ends and nothing after it could run.
+template <class Launch>
+std::optional<device::WatchdogError> watchdog_report(Launch launch) {
+  auto run = std::async(std::launch::async, [&]() -> std::optional<device::WatchdogError> {
+    try {
+      launch();
+    } catch (const device::WatchdogError& e) {
+      return e;
+    }
+    return std::nullopt;
+  });
+  if (run.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    FAIL_CHECK("the launch still runs 20 s after its watchdog fired");
+    std::fflush(stdout);
+    std::_Exit(1);
+  }
+  return run.get();
+}
+
+}  // namespace
+
 TEST_CASE("a wait timing out while the other SMs stream their LM head ends the launch with a report, not a hang") {
   // A Llama-3.1-8B of two layers with a vocabulary of 1032192 (the argmax's 96 chunks of 10752),
   // its LM head split in tasks of 32 rows: each SM runs ~244 of them, 16 tiles each (more than
@@ -549,20 +574,7 @@ TEST_CASE("a wait timing out while the other SMs stream their LM head ends the l
   device::CudaExecutor exec(broken, eo);
   for (uint32_t t = 0; t < broken.tensors.size(); ++t)
     if (broken.tensors[t].role == schedule::Role::weight) exec.fill_random(t, t + 1, 0.02f);
-  auto run = std::async(std::launch::async, [&]() -> std::optional<device::WatchdogError> {
-    try {
-      exec.step(1, 0);
-    } catch (const device::WatchdogError& e) {
-      return e;
-    }
-    return std::nullopt;
-  });
-  if (run.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
-    FAIL_CHECK("the launch still runs 20 s after its watchdog fired");
-    std::fflush(stdout);
-    std::_Exit(1);  // the GPU is held by a kernel that never ends: nothing after this could run
-  }
-  const std::optional<device::WatchdogError> error = run.get();
+  const std::optional<device::WatchdogError> error = watchdog_report([&] { exec.step(1, 0); });
   REQUIRE(error.has_value());
   MESSAGE("watchdog report: ", std::string(error->what()));
   CHECK(error->report.value < error->report.target);
@@ -616,21 +628,8 @@ TEST_CASE("the watchdog of the wait between a launch's steps reports an SM still
   fill_weights(exec);
   const uint64_t launches = exec.launches();
   const auto start = std::chrono::steady_clock::now();
-  auto run = std::async(std::launch::async, [&]() -> std::optional<device::WatchdogError> {
-    try {
-      exec.timed_steps(1, 0, 2);
-    } catch (const device::WatchdogError& e) {
-      return e;
-    }
-    return std::nullopt;
-  });
-  if (run.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
-    FAIL_CHECK("the launch still runs 20 s after its watchdog fired");
-    std::fflush(stdout);
-    std::_Exit(1);  // the GPU is held by a kernel that never ends: nothing after this could run
-  }
+  const std::optional<device::WatchdogError> error = watchdog_report([&] { exec.timed_steps(1, 0, 2); });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const std::optional<device::WatchdogError> error = run.get();
   REQUIRE(error.has_value());
   MESSAGE("SM ", slow, "'s ", kCopies, " copies: ", slow_ms, " ms; watchdog ", eo.watchdog_seconds * 1e3,
           " ms; the launch ended after ", seconds * 1e3, " ms with: ", std::string(error->what()));
