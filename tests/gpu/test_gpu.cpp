@@ -467,6 +467,42 @@ TEST_CASE("whole steps with the weight ring cut to 2 and 3 stages (mkbench --sta
   CHECK_THROWS_WITH_AS(device::CudaExecutor(plan.schedule, one), doctest::Contains("at least 2 stages"), device::CudaError);
 }
 
+namespace {
+
+// Runs `launch` (which must end in a watchdog report) on a thread of its own and returns the
+// report; a launch still running 20 s on fails the test and ends the process, since the GPU is
+// then held by a kernel that never ends and nothing after it could run.
+template <class Launch>
+std::optional<device::WatchdogError> watchdog_report(Launch launch) {
+  auto run = std::async(std::launch::async, [&]() -> std::optional<device::WatchdogError> {
+    try {
+      launch();
+    } catch (const device::WatchdogError& e) {
+      return e;
+    }
+    return std::nullopt;
+  });
+  if (run.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    FAIL_CHECK("the launch still runs 20 s after its watchdog fired");
+    std::fflush(stdout);
+    std::_Exit(1);
+  }
+  return run.get();
+}
+
+// After a watchdog report, the same device runs a correct schedule and matches the emulator.
+void agrees_after_a_report(const schedule::Schedule& s, const device::Checkpoint& ckpt) {
+  device::RuntimeOptions ro;
+  ro.max_context = 8;
+  auto gpu = device::make_cuda_backend(s, ckpt, ro);
+  auto emu = device::make_emulator_backend(s, ckpt, ro);
+  gpu->step(3, 0);
+  emu->step(3, 0);
+  CHECK(test::rel_error(gpu->logits(), emu->logits()) < 1e-3);
+}
+
+}  // namespace
+
 TEST_CASE("the watchdog turns a wait that can never be met into a report, and the GPU stays usable") {
   const int sms = device::cuda_device_sm_count();
   const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/tiny-llama.yaml");
@@ -507,40 +543,9 @@ TEST_CASE("the watchdog turns a wait that can never be met into a report, and th
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(reported);
   CHECK(seconds < 3.0);
-  // The same device, a correct schedule: runs and matches the emulator.
-  device::RuntimeOptions ro;
-  ro.max_context = 8;
-  auto gpu = device::make_cuda_backend(plan.schedule, ckpt, ro);
-  auto emu = device::make_emulator_backend(plan.schedule, ckpt, ro);
-  gpu->step(3, 0);
-  emu->step(3, 0);
-  CHECK(test::rel_error(gpu->logits(), emu->logits()) < 1e-3);
+  agrees_after_a_report(plan.schedule, ckpt);
 }
 
-namespace {
-
-// Runs `launch` (which must end in a watchdog report) on a thread of its own and returns the
-// report; a launch still running 20 s on fails the test and ends the process, since the GPU is
-// then held by a kernel that never ends and nothing after it could run.
-template <class Launch>
-std::optional<device::WatchdogError> watchdog_report(Launch launch) {
-  auto run = std::async(std::launch::async, [&]() -> std::optional<device::WatchdogError> {
-    try {
-      launch();
-    } catch (const device::WatchdogError& e) {
-      return e;
-    }
-    return std::nullopt;
-  });
-  if (run.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
-    FAIL_CHECK("the launch still runs 20 s after its watchdog fired");
-    std::fflush(stdout);
-    std::_Exit(1);
-  }
-  return run.get();
-}
-
-}  // namespace
 
 TEST_CASE("a wait timing out while the other SMs stream their LM head ends the launch with a report, not a hang") {
   // A Llama-3.1-8B of two layers with a vocabulary of 1032192 (the argmax's 96 chunks of 10752),
@@ -641,17 +646,10 @@ TEST_CASE("the watchdog of the wait between a launch's steps reports an SM still
   CHECK(error->report.target == broken.sm_count);
   CHECK(std::string(error->what()).find("for every SM to finish the step before position 1; ") != std::string::npos);
   CHECK(seconds < 3.0);
-  // The same device, a correct schedule: runs and matches the emulator.
   TempDir dir("watchdog_step");
   device::write_random_checkpoint(plan.schedule, dir.path, 8);
   const device::Checkpoint ckpt = device::Checkpoint::open(dir.path);
-  device::RuntimeOptions ro;
-  ro.max_context = 8;
-  auto gpu = device::make_cuda_backend(plan.schedule, ckpt, ro);
-  auto emu = device::make_emulator_backend(plan.schedule, ckpt, ro);
-  gpu->step(3, 0);
-  emu->step(3, 0);
-  CHECK(test::rel_error(gpu->logits(), emu->logits()) < 1e-3);
+  agrees_after_a_report(plan.schedule, ckpt);
 }
 
 TEST_CASE("a schedule planned for another SM count is refused with a way out") {
