@@ -490,6 +490,12 @@ std::optional<device::WatchdogError> watchdog_report(Launch launch) {
   return run.get();
 }
 
+// Random weights on the device, tensor t drawn with seed t + 1.
+void fill_weights(device::CudaExecutor& exec, const schedule::Schedule& s, float scale) {
+  for (uint32_t t = 0; t < s.tensors.size(); ++t)
+    if (s.tensors[t].role == schedule::Role::weight) exec.fill_random(t, t + 1, scale);
+}
+
 // After a watchdog report, the same device runs a correct schedule and matches the emulator.
 void agrees_after_a_report(const schedule::Schedule& s, const device::Checkpoint& ckpt) {
   device::RuntimeOptions ro;
@@ -546,7 +552,6 @@ TEST_CASE("the watchdog turns a wait that can never be met into a report, and th
   agrees_after_a_report(plan.schedule, ckpt);
 }
 
-
 TEST_CASE("a wait timing out while the other SMs stream their LM head ends the launch with a report, not a hang") {
   // A Llama-3.1-8B of two layers with a vocabulary of 1032192 (the argmax's 96 chunks of 10752),
   // its LM head split in tasks of 32 rows: each SM runs ~244 of them, 16 tiles each (more than
@@ -577,8 +582,7 @@ TEST_CASE("a wait timing out while the other SMs stream their LM head ends the l
   eo.max_context = 64;
   eo.watchdog_seconds = 20e-6;
   device::CudaExecutor exec(broken, eo);
-  for (uint32_t t = 0; t < broken.tensors.size(); ++t)
-    if (broken.tensors[t].role == schedule::Role::weight) exec.fill_random(t, t + 1, 0.02f);
+  fill_weights(exec, broken, 0.02f);
   const std::optional<device::WatchdogError> error = watchdog_report([&] { exec.step(1, 0); });
   REQUIRE(error.has_value());
   MESSAGE("watchdog report: ", std::string(error->what()));
@@ -614,23 +618,19 @@ TEST_CASE("the watchdog of the wait between a launch's steps reports an SM still
   constexpr uint32_t kCopies = 20000;
   broken.instructions.insert(broken.instructions.begin() + broken.sm_offsets[slow + 1], kCopies, copy);
   for (uint32_t sm = slow + 1; sm <= broken.sm_count; ++sm) broken.sm_offsets[sm] += kCopies;
-  auto fill_weights = [&](device::CudaExecutor& exec) {
-    for (uint32_t t = 0; t < broken.tensors.size(); ++t)
-      if (broken.tensors[t].role == schedule::Role::weight) exec.fill_random(t, t + 1, 0.05f);
-  };
   device::ExecutorOptions eo;
   eo.max_context = 8;
   float slow_ms = 0;
   {
     device::CudaExecutor exec(broken, eo);
-    fill_weights(exec);
+    fill_weights(exec, broken, 0.05f);
     exec.timed_step(1, 0);  // timed: the second launch, not one that may also load the kernel
     slow_ms = exec.timed_step(1, 1);
   }
   REQUIRE(slow_ms > 5.0f);  // a watchdog of over 0.6 ms: far beyond any wait of a tiny-llama step
   eo.watchdog_seconds = slow_ms / 8e3;
   device::CudaExecutor exec(broken, eo);
-  fill_weights(exec);
+  fill_weights(exec, broken, 0.05f);
   const uint64_t launches = exec.launches();
   const auto start = std::chrono::steady_clock::now();
   const std::optional<device::WatchdogError> error = watchdog_report([&] { exec.timed_steps(1, 0, 2); });
