@@ -12,10 +12,11 @@
 // The weights are the same bytes in every configuration: fewer computing SMs take more tiles.
 //
 // Build (Hopper), from the repository's root: nvcc -O3 -std=c++20 -arch=sm_90a -I. -o feeder bench/probes/feeder.cu
-// Run: ./feeder [model [tile_ns [plain]]] (model 1b: a Llama-3.2-1B-like layer list at a short step; 8b:
+// Run: ./feeder [model [tile_ns [plain|handoff]]] (model 1b: a Llama-3.2-1B-like layer list at a short step; 8b:
 // Llama-3.1-8B-like; 1b-fused: the 1B with the attention done by every o-proj task, a barrier fewer a layer;
 // 1b-no-attention: the 1B without its attention). `plain` runs the interpreter's way only, no feeders; a number
-// after it sets the attention's time in ns (default 5000).
+// after it sets the attention's time in ns (default 5000). `handoff` compares the interpreter's hand-off between ops
+// (a release add on a counter that the next op polls, then its input loaded) with tagged data (`tagged_input`).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -50,6 +51,8 @@ struct Params {
   const Op* ops;
   const unsigned long long* op_base;  // byte offset of op k's tiles: SM s's tile j at + (s * tiles + j) * kStage
   uint32_t nops, consumers, feeders, lead, pauses, tile_ns, total_tiles, line_prefetch;
+  uint32_t tagged;  // hand-off by tagged data instead of counters (see `tagged_input`); > 1: its back-off in ns
+  uint32_t salt;    // this launch's tags: salt + op (the vectors are not cleared between launches)
   unsigned long long wrap;  // tiles read at their offset modulo this (0: none): a weight set that stays in L2
   uint32_t* counters;  // per op: SMs that signalled it
   uint32_t* issued;    // per computing SM: tiles its ring has issued (relaxed, every 4 tiles)
@@ -67,6 +70,43 @@ __device__ __forceinline__ uint32_t load_relaxed(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+
+__device__ __forceinline__ uint64_t load_relaxed64(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// The hand-off without counters (`tagged`): every element of an op's input is a 64-bit word
+// {float, tag}, stored by the SM that computed it with one relaxed 64-bit store (single-copy
+// atomic) and no release; the consumer polls the words themselves until every tag is this
+// launch's for the op. No fence waits for the SM's copies in flight, and the wait and the input
+// load are one round trip. Each thread loads its words 8 at a time, then re-polls the stale ones
+// together.
+__device__ float tagged_input(const uint64_t* in, uint32_t n, uint32_t want, uint32_t backoff_ns) {
+  float acc = 0;
+  for (uint32_t base = threadIdx.x; base < n; base += 8 * kThreads) {
+    uint64_t v[8];
+#pragma unroll
+    for (uint32_t j = 0; j < 8; ++j) {
+      const uint32_t i = base + j * kThreads;
+      v[j] = i < n ? load_relaxed64(in + i) : uint64_t{want} << 32;
+    }
+    for (;;) {  // every stale word polled again at once: one round trip a round, not one a word
+      bool stale = false;
+#pragma unroll
+      for (uint32_t j = 0; j < 8; ++j) stale |= static_cast<uint32_t>(v[j] >> 32) != want;
+      if (!stale) break;
+      if (backoff_ns) __nanosleep(backoff_ns);
+#pragma unroll
+      for (uint32_t j = 0; j < 8; ++j)
+        if (static_cast<uint32_t>(v[j] >> 32) != want) v[j] = load_relaxed64(in + base + j * kThreads);
+    }
+#pragma unroll
+    for (uint32_t j = 0; j < 8; ++j) acc += __uint_as_float(static_cast<uint32_t>(v[j]));
+  }
+  return acc;
 }
 
 __global__ void __launch_bounds__(kBlock, 1) probe(const Params p) {
@@ -150,16 +190,24 @@ __global__ void __launch_bounds__(kBlock, 1) probe(const Params p) {
   uint32_t t = 0;  // this SM's tiles so far
   for (uint32_t k = 0; k < p.nops; ++k) {
     const Op op = p.ops[k];
-    if (k > 0) {
-      if (tid == 0)
-        while (load_relaxed(p.counters + k - 1) < p.consumers) __nanosleep(32);
+    uint64_t* act64 = reinterpret_cast<uint64_t*>(p.act);
+    if (p.tagged) {
+      if (p.pauses && tid == 0) atomicExch(&quiet, 1u);
+      if (k > 0) acc += tagged_input(act64 + uint64_t{k} * p.act_stride, op.input_floats, p.salt + k, p.tagged > 1 ? p.tagged : 0);
       block_sync();
+      if (p.pauses && tid == 0) atomicExch(&quiet, 0u);
+    } else {
+      if (k > 0) {
+        if (tid == 0)
+          while (load_relaxed(p.counters + k - 1) < p.consumers) __nanosleep(32);
+        block_sync();
+      }
+      if (p.pauses && tid == 0) atomicExch(&quiet, 1u);
+      const float* in = p.act + uint64_t{k} * p.act_stride;
+      for (uint32_t i = tid; i < op.input_floats; i += kThreads) acc += __ldcg(in + i);
+      block_sync();
+      if (p.pauses && tid == 0) atomicExch(&quiet, 0u);
     }
-    if (p.pauses && tid == 0) atomicExch(&quiet, 1u);
-    const float* in = p.act + uint64_t{k} * p.act_stride;
-    for (uint32_t i = tid; i < op.input_floats; i += kThreads) acc += __ldcg(in + i);
-    block_sync();
-    if (p.pauses && tid == 0) atomicExch(&quiet, 0u);
     if (sm < op.busy_sms) {
       const uint64_t until = now() + op.busy_ns;
       while (now() < until) {
@@ -183,6 +231,13 @@ __global__ void __launch_bounds__(kBlock, 1) probe(const Params p) {
     }
     t += op.tiles;
     block_sync();
+    if (p.tagged) {  // this SM's share of the next op's input: a contiguous slice
+      const uint32_t n = k + 1 < p.nops ? p.ops[k + 1].input_floats : 0;
+      const uint64_t word = uint64_t{p.salt + k + 1} << 32 | __float_as_uint(acc);
+      for (uint32_t i = sm * n / p.consumers + tid; i < (sm + 1) * n / p.consumers; i += kThreads)
+        asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(act64 + uint64_t{k + 1} * p.act_stride + i), "l"(word) : "memory");
+      continue;
+    }
     if (p.pauses && tid == 0) atomicExch(&quiet, 1u);
     if (k + 1 < p.nops && tid < 16) p.act[uint64_t{k + 1} * p.act_stride + sm * 16 + tid] = acc;
     block_sync();
@@ -238,8 +293,9 @@ int main(int argc, char** argv) {
   const uint32_t stride = 16384;
   check(cudaMalloc(&counters, kMaxOps * 4), "counters");
   check(cudaMalloc(&issued, 256 * 4), "issued");
-  check(cudaMalloc(&act, uint64_t{kMaxOps} * stride * 4), "act");
-  check(cudaMemset(act, 0, uint64_t{kMaxOps} * stride * 4), "act");
+  check(cudaMalloc(&act, uint64_t{kMaxOps} * stride * 8), "act");  // 8 bytes an element: the tagged words
+  check(cudaMemset(act, 0, uint64_t{kMaxOps} * stride * 8), "act");
+  uint32_t launches = 0;  // the tagged hand-off's salt
   check(cudaMalloc(&sink, 256 * 4), "sink");
   Op* dops;
   unsigned long long* dbase;
@@ -254,7 +310,7 @@ int main(int argc, char** argv) {
   std::printf("%-8s %-8s %-6s %-7s %-8s %10s %10s\n", "feeders", "pauses", "lead", "tile_ns", "busy", "us (med)", "TB/s");
 
   auto run = [&](uint32_t feeders, uint32_t pauses, uint32_t lead, uint32_t tile_ns, bool busy, unsigned long long wrap = 0,
-                 uint32_t lines = 0) {
+                 uint32_t lines = 0, uint32_t tagged = 0) {
     const uint32_t consumers = static_cast<uint32_t>(sms) - feeders;
     std::vector<Op> ops;
     std::vector<unsigned long long> base;
@@ -274,9 +330,10 @@ int main(int argc, char** argv) {
     check(cudaMemcpy(dops, ops.data(), ops.size() * sizeof(Op), cudaMemcpyHostToDevice), "ops");
     check(cudaMemcpy(dbase, base.data(), base.size() * 8, cudaMemcpyHostToDevice), "base");
     Params p{w, dops, dbase, static_cast<uint32_t>(ops.size()), consumers, feeders, lead, pauses, tile_ns, total, lines,
-             wrap, counters, issued, act, stride, sink};
+             tagged, 0, wrap, counters, issued, act, stride, sink};
     std::vector<float> ms;
     for (int r = 0; r < 12; ++r) {
+      p.salt = ++launches * kMaxOps;
       check(cudaMemset(counters, 0, kMaxOps * 4), "reset");
       check(cudaMemset(issued, 0, 256 * 4), "reset");
       check(cudaEventRecord(a), "record");
@@ -291,10 +348,23 @@ int main(int argc, char** argv) {
     std::sort(ms.begin(), ms.end());
     const double us = ms[ms.size() / 2] * 1e3;
     std::printf("%-8u %-8u %-6u %-7u %-8s %10.1f %10.3f%s\n", feeders, pauses, lead, tile_ns, busy ? "yes" : "no", us,
-                off / us / 1e6, wrap ? "  (weights wrapped into L2)" : lines ? "  (line prefetches)" : "");
+                off / us / 1e6, wrap ? "  (weights wrapped into L2)" : lines ? "  (line prefetches)" : tagged ? "  (tagged hand-off)" : "");
+    if (tagged) std::printf("  back-off %u ns\n", tagged > 1 ? tagged : 0);
     std::fflush(stdout);
   };
   const uint32_t tile_ns = argc > 2 ? std::atoi(argv[2]) : 1500;
+  if (argc == 4 && std::string(argv[3]) == "handoff") {  // counters against tagged data, no feeders
+    for (int again = 0; again < 2; ++again) {
+      run(0, 1, 0, tile_ns, true);
+      for (uint32_t backoff : {1u, 64u}) {
+        run(0, 0, 0, tile_ns, true, 0, 0, backoff);
+        run(0, 1, 0, tile_ns, true, 0, 0, backoff);
+      }
+    }
+    run(0, 1, 0, tile_ns, false);  // without the attention's busy SMs
+    run(0, 0, 0, tile_ns, false, 0, 0, 256);
+    return 0;
+  }
   if ((argc == 4 || argc == 5) && std::string(argv[3]) == "plain") {  // the interpreter's way only, no feeders
     run(0, 1, 0, tile_ns, true);
     return 0;
