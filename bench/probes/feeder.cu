@@ -51,8 +51,9 @@ struct Params {
   const Op* ops;
   const unsigned long long* op_base;  // byte offset of op k's tiles: SM s's tile j at + (s * tiles + j) * kStage
   uint32_t nops, consumers, feeders, lead, pauses, tile_ns, total_tiles, line_prefetch;
-  uint32_t tagged;  // hand-off by tagged data instead of counters (see `tagged_input`); > 1: its back-off in ns
-  uint32_t salt;    // this launch's tags: salt + op (the vectors are not cleared between launches)
+  uint32_t tagged;      // hand-off by tagged data instead of counters (see `tagged_input`)
+  uint32_t backoff_ns;  // the tagged poll's sleep between rounds (0: none)
+  uint32_t salt;        // this launch's tags: salt + op (the vectors are not cleared between launches)
   unsigned long long wrap;  // tiles read at their offset modulo this (0: none): a weight set that stays in L2
   uint32_t* counters;  // per op: SMs that signalled it
   uint32_t* issued;    // per computing SM: tiles its ring has issued (relaxed, every 4 tiles)
@@ -188,12 +189,12 @@ __global__ void __launch_bounds__(kBlock, 1) probe(const Params p) {
 
   float acc = 0;
   uint32_t t = 0;  // this SM's tiles so far
+  uint64_t* act64 = reinterpret_cast<uint64_t*>(p.act);  // the tagged hand-off's words
   for (uint32_t k = 0; k < p.nops; ++k) {
     const Op op = p.ops[k];
-    uint64_t* act64 = reinterpret_cast<uint64_t*>(p.act);
     if (p.tagged) {
       if (p.pauses && tid == 0) atomicExch(&quiet, 1u);
-      if (k > 0) acc += tagged_input(act64 + uint64_t{k} * p.act_stride, op.input_floats, p.salt + k, p.tagged > 1 ? p.tagged : 0);
+      if (k > 0) acc += tagged_input(act64 + uint64_t{k} * p.act_stride, op.input_floats, p.salt + k, p.backoff_ns);
       block_sync();
       if (p.pauses && tid == 0) atomicExch(&quiet, 0u);
     } else {
@@ -310,7 +311,7 @@ int main(int argc, char** argv) {
   std::printf("%-8s %-8s %-6s %-7s %-8s %10s %10s\n", "feeders", "pauses", "lead", "tile_ns", "busy", "us (med)", "TB/s");
 
   auto run = [&](uint32_t feeders, uint32_t pauses, uint32_t lead, uint32_t tile_ns, bool busy, unsigned long long wrap = 0,
-                 uint32_t lines = 0, uint32_t tagged = 0) {
+                 uint32_t lines = 0, bool tagged = false, uint32_t backoff_ns = 0) {
     const uint32_t consumers = static_cast<uint32_t>(sms) - feeders;
     std::vector<Op> ops;
     std::vector<unsigned long long> base;
@@ -330,7 +331,7 @@ int main(int argc, char** argv) {
     check(cudaMemcpy(dops, ops.data(), ops.size() * sizeof(Op), cudaMemcpyHostToDevice), "ops");
     check(cudaMemcpy(dbase, base.data(), base.size() * 8, cudaMemcpyHostToDevice), "base");
     Params p{w, dops, dbase, static_cast<uint32_t>(ops.size()), consumers, feeders, lead, pauses, tile_ns, total, lines,
-             tagged, 0, wrap, counters, issued, act, stride, sink};
+             tagged, backoff_ns, 0, wrap, counters, issued, act, stride, sink};
     std::vector<float> ms;
     for (int r = 0; r < 12; ++r) {
       p.salt = ++launches * kMaxOps;
@@ -349,20 +350,20 @@ int main(int argc, char** argv) {
     const double us = ms[ms.size() / 2] * 1e3;
     std::printf("%-8u %-8u %-6u %-7u %-8s %10.1f %10.3f%s\n", feeders, pauses, lead, tile_ns, busy ? "yes" : "no", us,
                 off / us / 1e6, wrap ? "  (weights wrapped into L2)" : lines ? "  (line prefetches)" : tagged ? "  (tagged hand-off)" : "");
-    if (tagged) std::printf("  back-off %u ns\n", tagged > 1 ? tagged : 0);
+    if (tagged) std::printf("  back-off %u ns\n", backoff_ns);
     std::fflush(stdout);
   };
   const uint32_t tile_ns = argc > 2 ? std::atoi(argv[2]) : 1500;
   if (argc == 4 && std::string(argv[3]) == "handoff") {  // counters against tagged data, no feeders
     for (int again = 0; again < 2; ++again) {
       run(0, 1, 0, tile_ns, true);
-      for (uint32_t backoff : {1u, 64u}) {
-        run(0, 0, 0, tile_ns, true, 0, 0, backoff);
-        run(0, 1, 0, tile_ns, true, 0, 0, backoff);
+      for (uint32_t backoff : {0u, 64u}) {
+        run(0, 0, 0, tile_ns, true, 0, 0, true, backoff);
+        run(0, 1, 0, tile_ns, true, 0, 0, true, backoff);
       }
     }
     run(0, 1, 0, tile_ns, false);  // without the attention's busy SMs
-    run(0, 0, 0, tile_ns, false, 0, 0, 256);
+    run(0, 0, 0, tile_ns, false, 0, 0, true, 256);
     return 0;
   }
   if ((argc == 4 || argc == 5) && std::string(argv[3]) == "plain") {  // the interpreter's way only, no feeders
