@@ -25,6 +25,7 @@ double median(std::vector<double> v) {
 }
 
 uint32_t g_stages = 0;  // --stages: the weight ring's depth, 0 for the executor's choice
+std::string g_handoff = "tags";  // --handoff
 schedule::KvSplitPolicy g_kv_splits{schedule::kNone, schedule::kNone};  // --kv-split-positions, --short-positions
 uint32_t g_trace_steps = 1;  // --trace-steps: the traced step is the last of a launch of this many
 
@@ -35,6 +36,7 @@ std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t 
   device::ExecutorOptions eo;
   eo.max_context = context + steps;
   eo.ring_stages = g_stages;
+  eo.tagged_handoff = g_handoff == "tags";
   eo.kv_splits = g_kv_splits;
   device::CudaExecutor exec(s, eo);
   for (uint32_t t = 0; t < s.tensors.size(); ++t) {
@@ -82,6 +84,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, device::kDecodeChunk))
       ->capture_default_str();
   app.add_option("--stages", g_stages, "use at most this many weight ring stages (0: as many as shared memory holds)")
+      ->capture_default_str();
+  app.add_option("--handoff", g_handoff,
+                 "how tagged f32 activations go between SMs: tags (their readers poll the values for the step's bit, no "
+                 "counters) or counters (as the schedule lists them)")
+      ->check(CLI::IsMember({"tags", "counters"}))
       ->capture_default_str();
   app.add_option("--kv-split-positions", g_kv_splits.positions,
                  "one KV split per this many positions, up to half the splits, then all of them (0: every split at every "

@@ -98,7 +98,7 @@ struct Instruction {
   uint32_t task;  // global task id
   uint32_t short_signal_begin;  // into the signal section
   uint16_t short_wait_count;    // at most wait_count
-  uint16_t reserved;
+  uint16_t reserved;            // zero in a file; the CUDA executor's copy holds its tagged bits (device/cuda/handoff.cuh)
   alignas(4) unsigned char payload[kPayloadBytes];
 };
 static_assert(sizeof(Instruction) == 128);

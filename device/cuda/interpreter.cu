@@ -3,11 +3,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <span>
 #include <sstream>
 #include <vector>
 
 #include "device/bf16.hpp"
 #include "device/cuda/block.cuh"
+#include "device/cuda/handoff.cuh"
 #include "device/cuda/ring.cuh"
 #include "device/cuda_limits.hpp"
 #include "device/memory.hpp"
@@ -25,14 +29,6 @@ namespace {
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw CudaError(std::string(what) + ": " + cudaGetErrorString(e));
 }
-
-struct ErrorRecord {
-  uint32_t code;  // 0: none, 1: a counter's wait timed out, 2: the wait for the previous step
-  // Code 1: the SM, its instruction's slot in its queue, the task, the counter, the value seen
-  // and the target. Code 2: the SM, the position of the step it was to start (in `instruction`),
-  // counter ~0u (the steps_done count), the value seen and the target.
-  uint32_t sm, instruction, task, counter, value, target, pad;
-};
 
 struct KernelParams {
   // The SMs' queues. A short step (schedules/format.hpp) takes each instruction's short wait
@@ -88,11 +84,10 @@ __device__ __forceinline__ uint32_t load_counter(const uint32_t* p) {
 // seldom whether the compute warps have left, so that a spin stays one shared-memory read.
 inline constexpr uint32_t kAbortCheck = 64;
 
-__device__ __forceinline__ uint64_t global_timer() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+// Where Instruction::reserved (the executor's tagged bits) lies among the instruction's words.
+inline constexpr uint32_t kReservedWord = offsetof(schedule::Instruction, reserved) / 4;
+inline constexpr uint32_t kReservedShift = offsetof(schedule::Instruction, reserved) % 4 * 8;
+static_assert(kReservedShift == 16, "the tagged bits are the upper half of their word");
 
 // Polls `*at` until it reaches `report.target`; false if the launch is being aborted: this wait
 // outlasted `timeout` (recorded as `report`, with the value it saw) or another SM's did.
@@ -287,6 +282,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
     step_open = 0;
     gone = 0;
     step = step_context(p, 0);
+    detail::handoff = Handoff{0, step_bit(step.generation), 0, 0, p.error, p.timeout_ns};
   }
   __syncthreads();
   WeightRing ring{smem, p.ring_stages, full, empty, 0, &quiet};
@@ -306,6 +302,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
         const uint32_t target = gridDim.x * step.generation;
         step_go = poll_until(p, p.steps_done, 2 * p.timeout_ns, ErrorRecord{2, blockIdx.x, step.pos + 1, 0, ~0u, 0, target, 0});
         step = step_context(p, s);
+        detail::handoff.bit = step_bit(step.generation);
         __threadfence();  // with the poll: what the other SMs wrote before they counted, before the producer's copies
         atomicExch(&step_open, s);  // atomic against the producer's read, as WeightRing::quiet
       }
@@ -316,13 +313,18 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
     // Warp 0 waits for instruction i while thread 32 still signals instruction i - 1: the
     // release of one and the wait for the next overlap instead of queueing on one thread.
     for (uint32_t i = begin; i < end; ++i) {
-      if (threadIdx.x < sizeof(schedule::Instruction) / 4)
-        reinterpret_cast<uint32_t*>(&inst)[threadIdx.x] = reinterpret_cast<const uint32_t*>(p.instructions + i)[threadIdx.x];
+      if (threadIdx.x < sizeof(schedule::Instruction) / 4) {
+        const uint32_t word = reinterpret_cast<const uint32_t*>(p.instructions + i)[threadIdx.x];
+        reinterpret_cast<uint32_t*>(&inst)[threadIdx.x] = word;
+        // The executor's tagged bits (tagged_field), from the word this thread copies: no load of its own.
+        if (threadIdx.x == kReservedWord) detail::handoff.fields = word >> kReservedShift;
+      }
       if (threadIdx.x < 32) {
         if (p.trace && threadIdx.x == 0) p.trace[kTraceSlots * i] = global_timer();
         const bool ok = counter_wait(p, p.instructions[i], i - begin, step.generation, brief);
         if (threadIdx.x == 0) {
           go = ok;
+          detail::handoff.slot = i - begin;
           if (p.trace) p.trace[kTraceSlots * i + 1] = global_timer();
         }
       } else if (threadIdx.x >= 64) {
@@ -334,6 +336,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
       bc.trace = p.trace ? p.trace + kTraceSlots * i : nullptr;
       execute(inst, step, p.tensors, bc);
       block_sync();
+      if (detail::handoff.failed) return leave(&gone);  // a tagged input's poll timed out or saw the abort
       if (threadIdx.x == 32) {
         counter_signal(p, p.instructions[i], brief);
         if (p.trace) p.trace[kTraceSlots * i + 2] = global_timer();
@@ -370,6 +373,98 @@ uint32_t instruction_shared_bytes(const schedule::Instruction& inst) {
   }
 }
 
+// Calls f(tensor, writes, Tagging) for every activation the instruction's op body touches
+// (each op's gpu_activations; kNone fields included).
+template <class F>
+void for_each_activation(const schedule::Instruction& inst, F&& f) {
+  switch (static_cast<schedule::Opcode>(inst.opcode)) {
+#define MK_OP(name, code, payload) \
+  case schedule::Opcode::name: gpu_activations(schedule::payload_as<schedule::payload>(inst), f); break;
+#include "schedules/op_table.def"
+#undef MK_OP
+    default: break;
+  }
+}
+
+// Each tensor's hand-off (handoff.cuh): kPlain, or tagged and written by the step's
+// instructions (kStepTagged) or, where no instruction writes it, by the host (kHostTagged: an
+// upload is current for the launch's first step). An f32 activation is tagged unless an op's
+// body can never take it so; an op that can only take it tagged (a matvec's input) and one that
+// never can make a schedule this executor refuses.
+enum Layout : uint8_t { kPlain = 0, kStepTagged = 1, kHostTagged = 2 };
+std::vector<uint8_t> tensor_layouts(const schedule::Schedule& s) {
+  const size_t n = s.tensors.size();
+  std::vector<uint8_t> never(n, 0), always(n, 0), written(n, 0), layout(n, kPlain);
+  std::vector<uint32_t> never_op(n), always_op(n);
+  for (const schedule::Instruction& inst : s.instructions)
+    for_each_activation(inst, [&](uint32_t t, bool writes, Tagging w) {
+      if (t >= n) return;
+      if (w == Tagging::never) never[t] = 1, never_op[t] = inst.op;
+      if (w == Tagging::always) always[t] = 1, always_op[t] = inst.op;
+      if (writes) written[t] = 1;
+    });
+  for (size_t t = 0; t < n; ++t) {
+    const schedule::Tensor& tensor = s.tensors[t];
+    const bool tag = !never[t] && tensor.role == schedule::Role::activation && tensor.dtype == schedule::DType::f32;
+    if (always[t] && !tag)
+      throw CudaError("the CUDA backend cannot run this schedule: op '" + s.ops[always_op[t]].name + "' reads '" +
+                      tensor.name + "' tagged (an f32 activation), which " +
+                      (never[t] ? "op '" + s.ops[never_op[t]].name + "' cannot" : std::string("is not")));
+    if (tag) layout[t] = written[t] ? kStepTagged : kHostTagged;
+  }
+  return layout;
+}
+
+// The queues as the GPU runs them: without the counters that only tagged tensors were
+// signalled on. Such a counter's signallers all write tagged tensors and nothing else, so its
+// waiters read (if anything of theirs) tagged values, whose poll is the wait; dropping a wait
+// only removes an edge from the schedule's proven-acyclic wait graph. Each instruction's lists
+// keep their order, and its short waits stay the first ones.
+struct Queues {
+  std::vector<schedule::Instruction> instructions;
+  std::vector<schedule::Wait> waits;
+  std::vector<uint32_t> signals;
+};
+Queues without_tagged_counters(const schedule::Schedule& s, const std::vector<uint8_t>& tagged) {
+  // (tagged: tensor_layouts' values, nonzero where tagged)
+  std::vector<uint8_t> drop(s.counter_count, 0), kept(s.counter_count, 0);
+  for (const schedule::Instruction& inst : s.instructions) {
+    bool writes = false, all_tagged = true;
+    for_each_activation(inst, [&](uint32_t t, bool w, Tagging) {
+      if (!w || t >= tagged.size()) return;
+      writes = true;
+      all_tagged = all_tagged && tagged[t];
+    });
+    for (const bool brief : {false, true})
+      for (const uint32_t c : s.signals_of(inst, brief)) (writes && all_tagged ? drop : kept)[c] = 1;
+  }
+  for (uint32_t c = 0; c < s.counter_count; ++c) drop[c] = drop[c] && !kept[c];
+  Queues q{s.instructions, {}, {}};
+  for (schedule::Instruction& inst : q.instructions) {
+    const schedule::Instruction old = inst;
+    inst.wait_begin = static_cast<uint32_t>(q.waits.size());
+    uint16_t count = 0, brief = 0;
+    const std::span<const schedule::Wait> waits = s.waits_of(old);
+    for (size_t k = 0; k < waits.size(); ++k) {
+      if (drop[waits[k].counter]) continue;
+      q.waits.push_back(waits[k]);
+      ++count;
+      brief += k < old.short_wait_count;
+    }
+    inst.wait_count = count;
+    inst.short_wait_count = brief;
+    auto copy_signals = [&](bool short_list, uint32_t& begin, uint16_t& n) {
+      begin = static_cast<uint32_t>(q.signals.size());
+      n = 0;
+      for (const uint32_t c : s.signals_of(old, short_list))
+        if (!drop[c]) q.signals.push_back(c), ++n;
+    };
+    copy_signals(false, inst.signal_begin, inst.signal_count);
+    copy_signals(true, inst.short_signal_begin, inst.short_signal_count);
+  }
+  return q;
+}
+
 template <class T>
 T* device_copy(const std::vector<T>& v, const char* what) {
   T* d = nullptr;
@@ -385,7 +480,8 @@ struct CudaExecutor::State {
   const schedule::Schedule* s = nullptr;
   ExecutorOptions opt;
   std::vector<void*> buffers;
-  std::vector<size_t> sizes;
+  std::vector<size_t> sizes;    // as the schedule's tensors: f32 elements of 4 bytes
+  std::vector<uint8_t> tagged;  // per tensor: its Layout (nonzero: tagged, handoff.cuh)
   KernelParams params{};
   void** tensor_table = nullptr;
   ErrorRecord* error = nullptr;
@@ -400,6 +496,10 @@ struct CudaExecutor::State {
   size_t trace_bytes() const { return std::max<size_t>(1, s->instructions.size()) * kTraceSlots * sizeof(uint64_t); }
 
   void reset_counters() {
+    // Tagged values carry the step's parity, and generations start again at 1: poison them
+    // (all-ones bytes: bit 1, stale at generation 1).
+    for (size_t t = 0; t < buffers.size(); ++t)
+      if (tagged[t] == kStepTagged) check(cudaMemsetAsync(buffers[t], 0xff, sizes[t], stream), "tagged reset");
     check(cudaMemsetAsync(params.counters, 0, (s->counter_count + 1) * 4, stream), "counter reset");  // and steps_done
     check(cudaMemsetAsync(error, 0, sizeof(ErrorRecord), stream), "error reset");
     check(cudaStreamSynchronize(stream), "counter reset");
@@ -470,20 +570,32 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
 
   st_->buffers.assign(s.tensors.size(), nullptr);
   st_->sizes.assign(s.tensors.size(), 0);
+  st_->tagged = tensor_layouts(s);  // before any allocation: it may refuse the schedule
   for (size_t i = 0; i < s.tensors.size(); ++i) {
     const schedule::Tensor& t = s.tensors[i];
     const size_t n = t.elements() * (t.role == schedule::Role::kv_cache ? opt.max_context : 1);
     st_->sizes[i] = n * schedule::dtype_bytes(t.dtype);
     check(cudaMalloc(&st_->buffers[i], st_->sizes[i]), ("cudaMalloc for " + t.name).c_str());
-    if (t.role != schedule::Role::weight)  // poison: all-ones bytes are NaN in f32 and bf16
+    if (t.role != schedule::Role::weight)  // poison: all-ones bytes are NaN in f32 and bf16 (and stale when tagged)
       check(cudaMemset(st_->buffers[i], 0xff, st_->sizes[i]), "poison");
   }
   st_->tensor_table = device_copy(st_->buffers, "tensor table");
+  // Without the tagged hand-off, every counter as the schedule lists it: the values are then
+  // already current when a reader's counter wait ends.
+  Queues queues = opt.tagged_handoff ? without_tagged_counters(s, st_->tagged) : Queues{s.instructions, s.waits, s.signals};
+  for (schedule::Instruction& inst : queues.instructions) {  // each body's tagged_field bits (handoff.cuh)
+    uint32_t k = 0, bits = 0;
+    for_each_activation(inst, [&](uint32_t t, bool, Tagging) {
+      if (t < st_->tagged.size() && st_->tagged[t]) bits |= 1u << k;
+      ++k;
+    });
+    inst.reserved = static_cast<uint16_t>(bits);
+  }
   KernelParams& p = st_->params;
-  p.instructions = device_copy(s.instructions, "instructions");
+  p.instructions = device_copy(queues.instructions, "instructions");
   p.sm_offsets = device_copy(s.sm_offsets, "sm_offsets");
-  p.waits = device_copy(s.waits, "waits");
-  p.signals = device_copy(s.signals, "signals");
+  p.waits = device_copy(queues.waits, "waits");
+  p.signals = device_copy(queues.signals, "signals");
   check(cudaMalloc(&p.counters, (s.counter_count + 1) * 4), "counters");
   p.steps_done = p.counters + s.counter_count;
   check(cudaMalloc(&st_->error, sizeof(ErrorRecord)), "error record");
@@ -512,9 +624,21 @@ CudaExecutor::~CudaExecutor() {
   if (st_->stream) cudaStreamDestroy(st_->stream);
 }
 
+// A tagged tensor (handoff.cuh) goes up with the bit of the next launch's first step where the
+// host's values are its input (no instruction writes it), else with the other bit (stale: a
+// step writes it before any reads it).
 void CudaExecutor::upload(uint32_t tensor, const void* data, size_t bytes) {
   if (tensor >= st_->buffers.size() || bytes != st_->sizes[tensor]) throw CudaError("upload: size mismatch");
-  check(cudaMemcpy(st_->buffers[tensor], data, bytes, cudaMemcpyHostToDevice), "upload");
+  check(cudaStreamSynchronize(st_->stream), "upload");
+  if (!st_->tagged[tensor]) {
+    check(cudaMemcpy(st_->buffers[tensor], data, bytes, cudaMemcpyHostToDevice), "upload");
+    return;
+  }
+  const uint32_t next = step_bit(st_->generation + 1), bit = st_->tagged[tensor] == kHostTagged ? next : next ^ 1u;
+  std::vector<uint32_t> values(bytes / 4);
+  std::memcpy(values.data(), data, bytes);
+  for (uint32_t& v : values) v = (v & ~1u) | bit;
+  check(cudaMemcpy(st_->buffers[tensor], values.data(), bytes, cudaMemcpyHostToDevice), "upload");
 }
 
 void CudaExecutor::download(uint32_t tensor, void* data, size_t bytes) const {
@@ -522,6 +646,8 @@ void CudaExecutor::download(uint32_t tensor, void* data, size_t bytes) const {
   check(cudaStreamSynchronize(st_->stream), "download");
   check(cudaMemcpy(data, st_->buffers[tensor], bytes, cudaMemcpyDeviceToHost), "download");
 }
+
+bool CudaExecutor::tagged(uint32_t tensor) const { return st_->tagged.at(tensor) != 0; }
 
 size_t CudaExecutor::tensor_bytes(uint32_t tensor) const { return st_->sizes.at(tensor); }
 
@@ -583,6 +709,15 @@ void CudaExecutor::finish() {
   if (e.code == 0) return;
   st_->reset_counters();
   const schedule::Schedule& s = *st_->s;
+  if (e.code == 3) {  // a tagged input (handoff.cuh): counter holds the tensor, value and target the step bits
+    const schedule::Instruction& inst = s.instructions[s.sm_offsets[e.sm] + e.instruction];
+    std::ostringstream o;
+    o << "watchdog: SM " << e.sm << " instruction " << e.instruction << " (task " << inst.task << ", op '"
+      << s.ops[inst.op].name << "') waited more than " << st_->opt.watchdog_seconds << " s for tensor '"
+      << s.tensors.at(e.counter).name << "' to be written at this step (its values carry bit " << e.target << " of the step; one had "
+      << e.value << ")";
+    throw WatchdogError(o.str(), WatchdogReport{e.sm, e.instruction, inst.task, schedule::kNone, e.value, e.target, e.counter});
+  }
   if (e.code == 2) {  // value and target count step ends since the counters were zeroed
     const uint32_t finished = e.value + s.sm_count - e.target;
     std::ostringstream o;
@@ -643,6 +778,7 @@ void CudaExecutor::fill_random(uint32_t tensor, uint32_t seed, float scale) {
   const schedule::Tensor& t = st_->s->tensors.at(tensor);
   const bool bf16 = t.dtype == schedule::DType::bf16;
   if (!bf16 && t.dtype != schedule::DType::f32) throw CudaError("fill_random: " + t.name + " is not a float tensor");
+  if (st_->tagged[tensor]) throw CudaError("fill_random: " + t.name + " is a tagged activation; upload it instead");
   fill_random_kernel<<<1024, 256, 0, st_->stream>>>(st_->buffers[tensor], st_->sizes[tensor] / (bf16 ? 2 : 4), bf16, seed,
                                                     scale);
   check(cudaGetLastError(), "fill_random");

@@ -17,8 +17,11 @@ struct CudaError : std::runtime_error {
 };
 
 // What a failed launch reports: the first wait that timed out.
+// A tagged input's wait (device/cuda/handoff.cuh) names its tensor, counter kNone, and the
+// step bits seen and wanted as value and target; a counter's wait has tensor kNone.
 struct WatchdogReport {
   uint32_t sm = 0, instruction = 0, task = 0, counter = 0, value = 0, target = 0;
+  uint32_t tensor = schedule::kNone;
 };
 
 struct WatchdogError : CudaError {
@@ -32,6 +35,11 @@ struct ExecutorOptions {
   bool exact_sm_count = true;     // refuse a schedule planned for another SM count
   uint32_t ring_stages = 0;       // weight ring stages; 0: as many as shared memory holds (mkbench --stages)
   schedule::KvSplitPolicy kv_splits{schedule::kNone, schedule::kNone};  // StepContext::kv_splits; kNone: the schedule's
+  // f32 activations that every op touching them can take so carry their step's parity in their
+  // lowest bit (device/cuda/handoff.cuh), and the counters only they were signalled on are
+  // dropped: the readers poll the values instead. false: the same values, every counter as the
+  // schedule lists it (mkbench --handoff counters).
+  bool tagged_handoff = true;
 };
 
 // Device memory for one schedule: instruction arrays, counters, and a buffer per tensor
@@ -46,6 +54,7 @@ class CudaExecutor {
   void upload(uint32_t tensor, const void* data, size_t bytes);
   void download(uint32_t tensor, void* data, size_t bytes) const;
   size_t tensor_bytes(uint32_t tensor) const;
+  bool tagged(uint32_t tensor) const;  // its values carry their step's bit (device/cuda/handoff.cuh)
 
   // The token history on the device: position p decodes history[p] (max_context + 1 entries).
   void set_tokens(uint32_t first, const int32_t* ids, uint32_t n);

@@ -1,5 +1,6 @@
 #pragma once
 #include "device/cuda/block.cuh"
+#include "device/cuda/handoff.cuh"
 #include "device/cuda/ring.cuh"
 #include "device/memory.hpp"
 #include "schedules/ops/argmax.hpp"
@@ -28,6 +29,15 @@ __device__ inline void block_argmax(float& best, uint32_t& index, unsigned char*
       if (argmax_better(values[w], indices[w], best, index)) best = values[w], index = indices[w];
 }
 }  // namespace detail
+
+// The activations its body reads and writes, each as f(tensor, writes, Tagging): whether the
+// CUDA body takes it tagged (handoff.cuh); the k-th call is its tagged_field(k).
+template <class F>
+void gpu_activations(const schedule::ArgmaxPayload& p, F&& f) {
+  f(p.in, false, Tagging::never);
+  f(p.out, true, Tagging::never);
+  f(p.parts, true, Tagging::never);
+}
 
 __device__ inline void gpu_run(const schedule::ArgmaxPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                BlockContext& bc) {

@@ -1,6 +1,7 @@
 #pragma once
 #include "device/bf16.hpp"
 #include "device/cuda/block.cuh"
+#include "device/cuda/handoff.cuh"
 #include "device/cuda/ring.cuh"
 #include "device/memory.hpp"
 #include "device/ops/attention_layout.hpp"
@@ -82,6 +83,15 @@ static_assert(schedule::kMaxGroup == 8 && kQRows == 2 * schedule::kMaxGroup, "m1
 static_assert(schedule::kMaxHeadDim % 16 == 0, "head_dim steps of 16");
 static_assert(schedule::kMaxGroup + 2 <= kWarps, "the set-up has a warp per q head, k and v");
 }  // namespace detail
+
+// The activations its body reads and writes, each as f(tensor, writes, Tagging): whether the
+// CUDA body takes it tagged (handoff.cuh); the k-th call is its tagged_field(k).
+template <class F>
+void gpu_activations(const schedule::AttentionPayload& p, F&& f) {
+  f(p.qkv, false, Tagging::never);
+  f(p.out, true, Tagging::never);
+  f(p.reduce_out, true, Tagging::either);  // tagged_field(2)
+}
 
 inline uint32_t gpu_shared_bytes(const schedule::AttentionPayload& p) {
   const uint32_t hd = p.head_dim, rep = p.heads / p.kv_heads;
@@ -400,7 +410,9 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
       const uint32_t r = i / hd, e = i % hd;
       float acc = last ? wm[W * rep + r] * bf16_to_f32(vcur16[e]) : 0.0f;
       for (uint32_t w = 0; w < W; ++w) acc = fmaf(wm[w * rep + r], wo[(w * rep + r) * hd + e], acc);
-      part[r * row + e] = reduce ? acc / head_sum[r] : acc;
+      if (!reduce) part[r * row + e] = acc;
+      else if (tagged_field(2)) store_tagged(part + i, acc / head_sum[r]);  // reduce_out tagged (handoff.cuh)
+      else part[i] = acc / head_sum[r];
       if (e == 0 && !reduce) part[r * row + hd] = head_max[r] * 0.6931471805599453f, part[r * row + hd + 1] = head_sum[r];
     }
   }

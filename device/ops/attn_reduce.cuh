@@ -1,16 +1,26 @@
 #pragma once
 #include "device/cuda/block.cuh"
+#include "device/cuda/handoff.cuh"
 #include "device/cuda/ring.cuh"
 #include "device/memory.hpp"
 #include "schedules/ops/attn_reduce.hpp"
 
 namespace mk::device {
 
+// The activations its body reads and writes, each as f(tensor, writes, Tagging): whether the
+// CUDA body takes it tagged (handoff.cuh); the k-th call is its tagged_field(k).
+template <class F>
+void gpu_activations(const schedule::AttnReducePayload& p, F&& f) {
+  f(p.in, false, Tagging::never);
+  f(p.out, true, Tagging::either);  // tagged_field(1)
+}
+
 __device__ inline void gpu_run(const schedule::AttnReducePayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                BlockContext&) {
   if (p.bypassed && schedule::short_step(ctx)) return;  // the attention wrote the output
   const float* in = mem.at<const float>(p.in);
   float* out = mem.at<float>(p.out);
+  const bool tagged = tagged_field(1);  // handoff.cuh
   const uint32_t hd = p.head_dim, S = p.kv_splits, A = schedule::active_kv_splits(ctx, S);
   for (uint32_t i = threadIdx.x; i < (p.head_end - p.head_begin) * hd; i += kThreads) {
     const uint32_t h = p.head_begin + i / hd, e = i % hd, g = h / p.rep, r = h % p.rep;
@@ -29,7 +39,8 @@ __device__ inline void gpu_run(const schedule::AttnReducePayload& p, const sched
       L += w * l;
       acc += w * a;
     }
-    out[uint64_t{h} * hd + e] = acc / L;
+    if (tagged) store_tagged(out + uint64_t{h} * hd + e, acc / L);
+    else out[uint64_t{h} * hd + e] = acc / L;
   }
 }
 

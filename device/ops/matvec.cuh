@@ -1,6 +1,7 @@
 #pragma once
 #include "device/bf16.hpp"
 #include "device/cuda/block.cuh"
+#include "device/cuda/handoff.cuh"
 #include "device/cuda/ring.cuh"
 #include "device/memory.hpp"
 #include "schedules/ops/matvec.hpp"
@@ -12,6 +13,15 @@ namespace mk::device {
 inline uint32_t gpu_shared_bytes(const schedule::MatvecPayload& p) {
   const uint32_t rows = p.row_end - p.row_begin;
   return (p.cols + 2 * rows + kWarps) * 4;
+}
+
+// The activations its body reads and writes, each as f(tensor, writes, Tagging): whether the
+// CUDA body takes it tagged (handoff.cuh); the k-th call is its tagged_field(k).
+template <class F>
+void gpu_activations(const schedule::MatvecPayload& p, F&& f) {
+  f(p.in, false, Tagging::always);  // load_input
+  f(p.residual, false, Tagging::either);  // tagged_field(1)
+  f(p.out, true, Tagging::either);  // tagged_field(2)
 }
 
 // The task's weights as ring tiles, in order: each weight segment's rows, whole rows per tile
@@ -166,14 +176,17 @@ __device__ __forceinline__ void consume_tile(const WeightTile& t, const uint16_t
   }
 }
 
-// The input into the planes (times the norm weight), kBatch float4 loads in flight per
-// thread; returns the thread's share of the input's sum of squares (norm only). As many in
-// flight as the registers hold without spilling (`-Xptxas -v`): three with a norm weight beside
-// each, four without. Down's 32 KB input on Llama-3.2-1B is two round trips, not three.
+// The input into the planes (times the norm weight), kBatch float4 loads in flight per thread;
+// adds the thread's share of the input's sum of squares to ss (norm only). As many in flight as
+// the registers hold without spilling (`-Xptxas -v`): three with a norm weight beside each, four
+// without. Down's 32 KB input on Llama-3.2-1B is two round trips, not three. A matvec's input is
+// always tagged (handoff.cuh): a batch with a value not yet this step's is loaded again whole,
+// a round trip a round, until every value is. If the launch aborts it stops early, with
+// handoff.failed set.
 template <uint32_t kBatch, bool kNorm>
-__device__ __forceinline__ float load_input(const float4* in4, const uint2* norm4, uint32_t cols, float4* xlo, float4* xhi) {
+__device__ __forceinline__ void load_input(const float* in, uint32_t tensor, const uint2* norm4, uint32_t cols,
+                                           float4* xlo, float4* xhi, float& ss) {
   const uint32_t tid = threadIdx.x;
-  float ss = 0;
   for (uint32_t base = 0; base < cols / 4; base += kBatch * kThreads) {
     float4 v[kBatch];
     uint2 nw[kBatch];
@@ -181,9 +194,27 @@ __device__ __forceinline__ float load_input(const float4* in4, const uint2* norm
     for (uint32_t k = 0; k < kBatch; ++k) {
       const uint32_t i = base + k * kThreads + tid;
       if (i < cols / 4) {
-        v[k] = __ldcg(in4 + i);
+        v[k] = load_tagged4(in + 4 * i);
         if (kNorm) nw[k] = __ldg(norm4 + i);
       }
+    }
+    const uint32_t bit = detail::handoff.bit;
+    uint32_t stale = 0;
+#pragma unroll
+    for (uint32_t k = 0; k < kBatch; ++k)
+      if (base + k * kThreads + tid < cols / 4) stale |= stale_bits(v[k], bit);
+    uint64_t start = 0;
+    for (uint32_t round = 0; stale; ++round) {  // a value not yet this step's: the batch again, together
+      if (!keep_polling(round, start, tensor, __uint_as_float(bit ^ 1u))) return;
+      stale = 0;
+#pragma unroll
+      for (uint32_t k = 0; k < kBatch; ++k) {
+        const uint32_t i = base + k * kThreads + tid;
+        if (i < cols / 4) v[k] = load_tagged4(in + 4 * i);
+      }
+#pragma unroll
+      for (uint32_t k = 0; k < kBatch; ++k)
+        if (base + k * kThreads + tid < cols / 4) stale |= stale_bits(v[k], bit);
     }
 #pragma unroll
     for (uint32_t k = 0; k < kBatch; ++k) {
@@ -197,7 +228,6 @@ __device__ __forceinline__ float load_input(const float4* in4, const uint2* norm
       (i % 2 ? xhi : xlo)[i / 2] = x;
     }
   }
-  return ss;
 }
 
 // The producer warp streams the weight tiles into the ring; compute warp s consumes stage s's
@@ -221,22 +251,31 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
   float* acc = reinterpret_cast<float*>(xhi + cols / 8);
   float* partial = acc + 2 * rows;
   bc.ring.pause();  // until the input is in (ring.cuh)
-  const float4* in4 = reinterpret_cast<const float4*>(mem.at<const float>(p.in));
   const uint2* norm4 = norm ? reinterpret_cast<const uint2*>(mem.at<const uint16_t>(p.norm)) : nullptr;
   // The residual is loaded now, with the input: one round trip to L2 fewer after the weights.
+  // Tagged (handoff.cuh), its word is checked after the input's.
   constexpr uint32_t kResidualRows = 1;  // rows per thread kept in a register; more load late
   const float* residual = p.residual == schedule::kNone ? nullptr : mem.at<const float>(p.residual);
+  const bool residual_tagged = residual && tagged_field(1);
   float res[kResidualRows] = {0};
 #pragma unroll
   for (uint32_t k = 0; k < kResidualRows; ++k)
-    if (residual && tid + k * kThreads < rows) res[k] = load_activation(residual + p.row_begin + tid + k * kThreads);
-  float ss = norm ? load_input<3, true>(in4, norm4, cols, xlo, xhi) : load_input<4, false>(in4, norm4, cols, xlo, xhi);
+    if (residual && tid + k * kThreads < rows)
+      res[k] = residual_tagged ? load_tagged(residual + p.row_begin + tid + k * kThreads)
+                               : load_activation(residual + p.row_begin + tid + k * kThreads);
+  float ss = 0;
+  const float* in = mem.at<const float>(p.in);
+  if (norm) load_input<3, true>(in, p.in, norm4, cols, xlo, xhi, ss);
+  else load_input<4, false>(in, p.in, norm4, cols, xlo, xhi, ss);
+  if (residual_tagged && tid < rows && !detail::handoff.failed && !fresh(res[0]))
+    res[0] = poll_tagged(residual + p.row_begin + tid, p.residual);
   for (uint32_t i = tid; i < 2 * rows; i += kThreads) acc[i] = 0;
   if (norm) {
     ss = warp_sum(ss);
     if (lane == 0) partial[warp] = ss;
   }
   block_sync();
+  if (detail::handoff.failed) return bc.ring.next_tile;  // the launch aborts: its tiles stay unread
   bc.ring.resume();
   bc.mark(0);
 
@@ -268,17 +307,24 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
     inv = rsqrtf(total / cols + p.eps);
   }
   float* out = mem.at<float>(p.out);
+  // Read again here rather than kept from the input phase: a register live across the tile
+  // loop above costs its consumers (spills).
+  const bool out_tagged = tagged_field(2), residual_tagged2 = residual && tagged_field(1);
   for (uint32_t i = tid, k = 0; i < rows; i += kThreads, ++k) {
     const float a = acc[i] * inv;
     const float y = silu ? a / (1.0f + expf(-a)) * (acc[rows + i] * inv) : a;
-    const float r = !residual ? 0.0f : k < kResidualRows ? res[k] : load_activation(residual + p.row_begin + i);
+    const float r = !residual                ? 0.0f
+                    : k < kResidualRows      ? res[k]
+                    : residual_tagged2       ? poll_tagged(residual + p.row_begin + i, p.residual)
+                                             : load_activation(residual + p.row_begin + i);
     float b = 0.0f;  // the bias of this row's weight, if any (act none only)
     if (!silu) {
       uint32_t s = 0, first = 0;
       while (p.row_begin + i >= p.weight_row_end[s]) first = p.weight_row_end[s++];
       if (p.bias[s] != schedule::kNone) b = bf16_to_f32(mem.at<const uint16_t>(p.bias[s])[p.row_begin + i - first]);
     }
-    out[p.row_begin + i] = r + (y + b);
+    if (out_tagged) store_tagged(out + p.row_begin + i, r + (y + b));
+    else out[p.row_begin + i] = r + (y + b);
   }
   return bc.ring.next_tile;
 }

@@ -5,6 +5,7 @@
 // perturbed logits (or a top-p mass and its bound) agree to within float rounding of exp/log.
 #pragma once
 #include "device/cuda/block.cuh"
+#include "device/cuda/handoff.cuh"
 #include "device/cuda/ring.cuh"
 #include "device/memory.hpp"
 #include "device/ops/argmax.cuh"
@@ -47,6 +48,14 @@ __device__ inline float sample_max(float v, double* scratch) {
 }
 
 }  // namespace detail
+
+// The activations its body reads and writes, each as f(tensor, writes, Tagging): whether the
+// CUDA body takes it tagged (handoff.cuh); the k-th call is its tagged_field(k).
+template <class F>
+void gpu_activations(const schedule::SamplePayload& p, F&& f) {
+  f(p.in, false, Tagging::never);
+  f(p.out, true, Tagging::never);
+}
 
 __device__ inline void gpu_run(const schedule::SamplePayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                BlockContext& bc) {

@@ -531,6 +531,7 @@ TEST_CASE("the watchdog turns a wait that can never be met into a report, and th
   device::ExecutorOptions eo;
   eo.max_context = 8;
   eo.watchdog_seconds = 0.5;
+  eo.tagged_handoff = false;  // every wait a counter's (the tagged hand-off's watchdog has a test below)
   device::CudaExecutor exec(broken, eo);
   const auto start = std::chrono::steady_clock::now();
   bool reported = false;
@@ -581,6 +582,7 @@ TEST_CASE("a wait timing out while the other SMs stream their LM head ends the l
   device::ExecutorOptions eo;
   eo.max_context = 64;
   eo.watchdog_seconds = 20e-6;
+  eo.tagged_handoff = false;  // the LM head's wait a counter's
   device::CudaExecutor exec(broken, eo);
   fill_weights(exec, broken, 0.02f);
   const std::optional<device::WatchdogError> error = watchdog_report([&] { exec.step(1, 0); });
@@ -588,6 +590,56 @@ TEST_CASE("a wait timing out while the other SMs stream their LM head ends the l
   MESSAGE("watchdog report: ", std::string(error->what()));
   CHECK(error->report.value < error->report.target);
   CHECK(error->report.sm < broken.sm_count);
+}
+
+TEST_CASE("the watchdog of a tagged hand-off (code 3) names the tensor never written, and the GPU stays usable") {
+  // The last layer's down projection (it writes what the LM head reads, a tagged tensor) loses
+  // its task's last row: every LM head task polls that value for ever, and the report is the
+  // tagged poll's.
+  const int sms = device::cuda_device_sm_count();
+  const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/tiny-llama.yaml");
+  const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
+  schedule::Schedule broken = plan.schedule;  // not re-verified: the test skips the planner's proof
+  uint32_t final_x = schedule::kNone;
+  for (const schedule::Instruction& inst : broken.instructions)
+    if (inst.opcode == static_cast<uint16_t>(schedule::Opcode::matvec) &&
+        schedule::payload_as<schedule::MatvecPayload>(inst).out == broken.logits_tensor)
+      final_x = schedule::payload_as<schedule::MatvecPayload>(inst).in;
+  REQUIRE(final_x != schedule::kNone);
+  uint32_t victim = 0;
+  for (; victim < broken.instructions.size(); ++victim) {
+    const schedule::Instruction& inst = broken.instructions[victim];
+    if (inst.opcode == static_cast<uint16_t>(schedule::Opcode::matvec) &&
+        schedule::payload_as<schedule::MatvecPayload>(inst).out == final_x &&
+        schedule::payload_as<schedule::MatvecPayload>(inst).row_end - schedule::payload_as<schedule::MatvecPayload>(inst).row_begin > 1)
+      break;
+  }
+  REQUIRE(victim < broken.instructions.size());
+  reinterpret_cast<schedule::MatvecPayload*>(broken.instructions[victim].payload)->row_end -= 1;
+  // The argmax tasks wait for nothing: on SMs without an LM head task their counter waits would
+  // start at the step's start and could time out before the LM head's polls do.
+  for (schedule::Instruction& inst : broken.instructions)
+    if (inst.opcode == static_cast<uint16_t>(schedule::Opcode::argmax)) inst.wait_count = inst.short_wait_count = 0;
+  TempDir dir("watchdog_tagged");
+  device::write_random_checkpoint(plan.schedule, dir.path, 9);
+  const device::Checkpoint ckpt = device::Checkpoint::open(dir.path);
+  device::ExecutorOptions eo;
+  eo.max_context = 8;
+  eo.watchdog_seconds = 0.5;
+  device::CudaExecutor exec(broken, eo);
+  REQUIRE(exec.tagged(final_x));
+  const auto start = std::chrono::steady_clock::now();
+  const std::optional<device::WatchdogError> error = watchdog_report([&] { exec.step(1, 0); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE(error.has_value());
+  MESSAGE("watchdog report: ", std::string(error->what()));
+  CHECK(error->report.tensor == final_x);
+  CHECK(error->report.counter == schedule::kNone);
+  CHECK(error->report.sm < broken.sm_count);
+  CHECK(error->report.value != error->report.target);
+  CHECK(std::string(error->what()).find("for tensor '" + broken.tensors[final_x].name + "'") != std::string::npos);
+  CHECK(seconds < 3.0);
+  agrees_after_a_report(plan.schedule, ckpt);
 }
 
 TEST_CASE("the watchdog of the wait between a launch's steps reports an SM still in the step before (code 2), and the GPU stays usable") {
