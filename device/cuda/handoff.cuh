@@ -3,8 +3,8 @@
 // An f32 activation whose every reader and writer can take it so (each op's gpu_activations
 // says which of its tensors) is "tagged": the lowest mantissa bit of each value is the parity of
 // the step that wrote it (step_bit), a relative change of at most 2^-23 (an infinity written at a
-// step whose bit is 1 becomes a NaN). A matvec's input always
-// is (the executor refuses a schedule where it cannot be). The writer stores each value with one
+// step whose bit is 1 becomes a NaN). A matvec's input always is (the executor refuses a
+// schedule where it cannot be). The writer stores each value with one
 // relaxed 32-bit store, no release; the reader polls the values themselves until every one has
 // its step's bit. One bit is enough: every tagged tensor is written once per step, and no step
 // starts on an SM before every SM has finished the one before, so a value is its step's or the
@@ -94,7 +94,8 @@ __device__ __forceinline__ uint32_t stale_bits(float4 v, uint32_t bit) {
 
 // Whether a poll that found stale values should go on: on every 64th round it reads the abort
 // flag and the clock (since `start`, taken at its first stale round); past the watchdog it
-// records code 3 for `tensor`. False also marks the block's hand-off failed.
+// records code 3 for `tensor`, with the lowest bit of `seen` (a stale value) as the bit seen.
+// False also marks the block's hand-off failed.
 __device__ __forceinline__ bool keep_polling(uint32_t round, uint64_t& start, uint32_t tensor, float seen) {
   Handoff& h = detail::handoff;
   if (round == 0) start = global_timer();
