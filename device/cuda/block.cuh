@@ -21,6 +21,15 @@ inline constexpr uint32_t kThreads = kWarps * 32;           // compute threads
 
 __device__ __forceinline__ void block_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory"); }
 
+// block_sync that also tells every compute thread whether any of them passed true.
+__device__ __forceinline__ bool block_any(bool p) {
+  uint32_t r;
+  asm volatile(
+      "{ .reg .pred a, b; setp.ne.u32 a, %1, 0; bar.red.or.pred b, 1, %2, a; selp.u32 %0, 1, 0, b; }"
+      : "=r"(r) : "r"(static_cast<uint32_t>(p)), "n"(kThreads) : "memory");
+  return r != 0;
+}
+
 // v combined over the warp by f (every lane gets the result).
 template <class F>
 __device__ __forceinline__ float warp_reduce(float v, F f) {

@@ -13,8 +13,10 @@
 // input (two round trips to L2) nor releases a counter after its stores (a release waits for
 // the SM's copies in flight). The layout is f32's own: a 64-bit word per value (the value and
 // the whole generation) doubled the bytes of every input and cost more than the hand-off saved
-// (bench/NOTES.md 103). A reader checks a batch of values with a few logic operations and no
-// branch (stale_bits): a check by value with branches cost each batch ~0.35 us (NOTES 104).
+// (bench/NOTES.md 103). A matvec checks its input with a few logic operations per batch of loads
+// (stale_bits) and decides for the whole block at the barrier it needs anyway (block_any)
+// whether to load it again: a check by value with branches cost each batch ~0.35 us, a branch
+// per thread after its batches ~0.1 us per task (NOTES 104-105).
 //
 // A poll that outlasts the watchdog records code 3 (interpreter.cu) and fails: every compute
 // thread then sees `handoff.failed` after the op's next block barrier, and the SM leaves.
@@ -70,19 +72,19 @@ __device__ __forceinline__ uint64_t global_timer() {
 
 __device__ __forceinline__ float4 load_tagged4(const float* p) {
   float4 v;
-  asm volatile("ld.relaxed.gpu.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p) : "memory");
+  asm volatile("ld.relaxed.gpu.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
   return v;
 }
 
 __device__ __forceinline__ float load_tagged(const float* p) {
   float v;
-  asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(v) : "l"(p));
   return v;
 }
 
-__device__ __forceinline__ void store_tagged(float* p, float value) {
-  const uint32_t u = (__float_as_uint(value) & ~1u) | detail::handoff.bit;
-  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(u) : "memory");
+__device__ __forceinline__ void store_tagged(float* p, float value, uint32_t bit) {
+  const uint32_t u = (__float_as_uint(value) & ~1u) | bit;
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(u));
 }
 
 __device__ __forceinline__ bool fresh(float v) { return (__float_as_uint(v) & 1u) == detail::handoff.bit; }
@@ -94,9 +96,9 @@ __device__ __forceinline__ uint32_t stale_bits(float4 v, uint32_t bit) {
 
 // Whether a poll that found stale values should go on: on every 64th round it reads the abort
 // flag and the clock (since `start`, taken at its first stale round); past the watchdog it
-// records code 3 for `tensor`, with the lowest bit of `seen` (a stale value) as the bit seen.
-// False also marks the block's hand-off failed.
-__device__ __forceinline__ bool keep_polling(uint32_t round, uint64_t& start, uint32_t tensor, float seen) {
+// records code 3 for `tensor`, with `seen_bit` (a stale value's) as the bit seen. False also
+// marks the block's hand-off failed.
+__device__ __forceinline__ bool keep_polling(uint32_t round, uint64_t& start, uint32_t tensor, uint32_t seen_bit) {
   Handoff& h = detail::handoff;
   if (round == 0) start = global_timer();
   if (round % 64 != 63) {
@@ -106,7 +108,7 @@ __device__ __forceinline__ bool keep_polling(uint32_t round, uint64_t& start, ui
   bool go = *static_cast<volatile uint32_t*>(&h.error->code) == 0;
   if (go && global_timer() - start > h.timeout_ns) {
     if (atomicCAS(&h.error->code, 0u, 3u) == 0) {
-      *h.error = ErrorRecord{3, blockIdx.x, h.slot, 0, tensor, __float_as_uint(seen) & 1u, h.bit, 0};
+      *h.error = ErrorRecord{3, blockIdx.x, h.slot, 0, tensor, seen_bit, h.bit, 0};
       __threadfence();
     }
     go = false;
@@ -115,12 +117,31 @@ __device__ __forceinline__ bool keep_polling(uint32_t round, uint64_t& start, ui
   return go;
 }
 
+// n values from src into dst, by one warp, polled until every one is this step's. If the launch
+// aborts it stops early, with handoff.failed set (every lane of the warp sees it).
+__device__ __forceinline__ void warp_load_tagged(float* dst, const float* src, uint32_t n, uint32_t tensor) {
+  const uint32_t lane = threadIdx.x % 32, bit = detail::handoff.bit;
+  uint64_t start = 0;
+  for (uint32_t round = 0;; ++round) {
+    uint32_t stale = 0;
+    for (uint32_t i = lane; i < n; i += 32) {
+      const float v = load_tagged(src + i);
+      dst[i] = v;
+      stale |= (__float_as_uint(v) ^ bit) & 1u;
+    }
+    if (!__any_sync(0xffffffffu, stale)) return;
+    if (stale) keep_polling(round, start, tensor, bit ^ 1u);
+    __syncwarp();
+    if (detail::handoff.failed) return;
+  }
+}
+
 // One tagged value, polled until it is this step's; NaN if the launch aborts.
 __device__ inline float poll_tagged(const float* p, uint32_t tensor) {
   float v = load_tagged(p);
   uint64_t start = 0;
   for (uint32_t round = 0; !fresh(v); ++round) {
-    if (!keep_polling(round, start, tensor, v)) return __int_as_float(0x7fc00000);
+    if (!keep_polling(round, start, tensor, __float_as_uint(v) & 1u)) return __int_as_float(0x7fc00000);
     v = load_tagged(p);
   }
   return v;

@@ -481,7 +481,8 @@ struct CudaExecutor::State {
   ExecutorOptions opt;
   std::vector<void*> buffers;
   std::vector<size_t> sizes;    // as the schedule's tensors: f32 elements of 4 bytes
-  std::vector<uint8_t> tagged;  // per tensor: its Layout (nonzero: tagged, handoff.cuh)
+  std::vector<uint8_t> layouts;  // per tensor: its Layout (nonzero: tagged, handoff.cuh)
+  size_t device_waits = 0;       // the waits the GPU's queues hold
   KernelParams params{};
   void** tensor_table = nullptr;
   ErrorRecord* error = nullptr;
@@ -499,7 +500,7 @@ struct CudaExecutor::State {
     // Tagged values carry the step's parity, and generations start again at 1: poison them
     // (all-ones bytes: bit 1, stale at generation 1).
     for (size_t t = 0; t < buffers.size(); ++t)
-      if (tagged[t] == kStepTagged) check(cudaMemsetAsync(buffers[t], 0xff, sizes[t], stream), "tagged reset");
+      if (layouts[t] == kStepTagged) check(cudaMemsetAsync(buffers[t], 0xff, sizes[t], stream), "tagged reset");
     check(cudaMemsetAsync(params.counters, 0, (s->counter_count + 1) * 4, stream), "counter reset");  // and steps_done
     check(cudaMemsetAsync(error, 0, sizeof(ErrorRecord), stream), "error reset");
     check(cudaStreamSynchronize(stream), "counter reset");
@@ -570,7 +571,7 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
 
   st_->buffers.assign(s.tensors.size(), nullptr);
   st_->sizes.assign(s.tensors.size(), 0);
-  st_->tagged = tensor_layouts(s);  // before any allocation: it may refuse the schedule
+  st_->layouts = tensor_layouts(s);  // before any allocation: it may refuse the schedule
   for (size_t i = 0; i < s.tensors.size(); ++i) {
     const schedule::Tensor& t = s.tensors[i];
     const size_t n = t.elements() * (t.role == schedule::Role::kv_cache ? opt.max_context : 1);
@@ -582,11 +583,11 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   st_->tensor_table = device_copy(st_->buffers, "tensor table");
   // Without the tagged hand-off, every counter as the schedule lists it: the values are then
   // already current when a reader's counter wait ends.
-  Queues queues = opt.tagged_handoff ? without_tagged_counters(s, st_->tagged) : Queues{s.instructions, s.waits, s.signals};
+  Queues queues = opt.tagged_handoff ? without_tagged_counters(s, st_->layouts) : Queues{s.instructions, s.waits, s.signals};
   for (schedule::Instruction& inst : queues.instructions) {  // each body's tagged_field bits (handoff.cuh)
     uint32_t k = 0, bits = 0;
     for_each_activation(inst, [&](uint32_t t, bool, Tagging) {
-      if (t < st_->tagged.size() && st_->tagged[t]) bits |= 1u << k;
+      if (t < st_->layouts.size() && st_->layouts[t]) bits |= 1u << k;
       ++k;
     });
     inst.reserved = static_cast<uint16_t>(bits);
@@ -595,6 +596,7 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   p.instructions = device_copy(queues.instructions, "instructions");
   p.sm_offsets = device_copy(s.sm_offsets, "sm_offsets");
   p.waits = device_copy(queues.waits, "waits");
+  st_->device_waits = queues.waits.size();
   p.signals = device_copy(queues.signals, "signals");
   check(cudaMalloc(&p.counters, (s.counter_count + 1) * 4), "counters");
   p.steps_done = p.counters + s.counter_count;
@@ -630,11 +632,11 @@ CudaExecutor::~CudaExecutor() {
 void CudaExecutor::upload(uint32_t tensor, const void* data, size_t bytes) {
   if (tensor >= st_->buffers.size() || bytes != st_->sizes[tensor]) throw CudaError("upload: size mismatch");
   check(cudaStreamSynchronize(st_->stream), "upload");
-  if (!st_->tagged[tensor]) {
+  if (!st_->layouts[tensor]) {
     check(cudaMemcpy(st_->buffers[tensor], data, bytes, cudaMemcpyHostToDevice), "upload");
     return;
   }
-  const uint32_t next = step_bit(st_->generation + 1), bit = st_->tagged[tensor] == kHostTagged ? next : next ^ 1u;
+  const uint32_t next = step_bit(st_->generation + 1), bit = st_->layouts[tensor] == kHostTagged ? next : next ^ 1u;
   std::vector<uint32_t> values(bytes / 4);
   std::memcpy(values.data(), data, bytes);
   for (uint32_t& v : values) v = (v & ~1u) | bit;
@@ -647,7 +649,8 @@ void CudaExecutor::download(uint32_t tensor, void* data, size_t bytes) const {
   check(cudaMemcpy(data, st_->buffers[tensor], bytes, cudaMemcpyDeviceToHost), "download");
 }
 
-bool CudaExecutor::tagged(uint32_t tensor) const { return st_->tagged.at(tensor) != 0; }
+bool CudaExecutor::tagged(uint32_t tensor) const { return st_->layouts.at(tensor) != 0; }
+size_t CudaExecutor::device_waits() const { return st_->device_waits; }
 
 size_t CudaExecutor::tensor_bytes(uint32_t tensor) const { return st_->sizes.at(tensor); }
 
@@ -778,7 +781,7 @@ void CudaExecutor::fill_random(uint32_t tensor, uint32_t seed, float scale) {
   const schedule::Tensor& t = st_->s->tensors.at(tensor);
   const bool bf16 = t.dtype == schedule::DType::bf16;
   if (!bf16 && t.dtype != schedule::DType::f32) throw CudaError("fill_random: " + t.name + " is not a float tensor");
-  if (st_->tagged[tensor]) throw CudaError("fill_random: " + t.name + " is a tagged activation; upload it instead");
+  if (st_->layouts[tensor]) throw CudaError("fill_random: " + t.name + " is a tagged activation; upload it instead");
   fill_random_kernel<<<1024, 256, 0, st_->stream>>>(st_->buffers[tensor], st_->sizes[tensor] / (bf16 ? 2 : 4), bf16, seed,
                                                     scale);
   check(cudaGetLastError(), "fill_random");

@@ -88,7 +88,7 @@ static_assert(schedule::kMaxGroup + 2 <= kWarps, "the set-up has a warp per q he
 // CUDA body takes it tagged (handoff.cuh); the k-th call is its tagged_field(k).
 template <class F>
 void gpu_activations(const schedule::AttentionPayload& p, F&& f) {
-  f(p.qkv, false, Tagging::never);
+  f(p.qkv, false, Tagging::either);  // tagged_field(0)
   f(p.out, true, Tagging::never);
   f(p.reduce_out, true, Tagging::either);  // tagged_field(2)
 }
@@ -297,7 +297,9 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
       const bool is_q = warp < rep, is_k = warp == rep;
       float* v = is_q ? q + warp * hd : is_k ? kcur : vcur;
       const uint32_t from = is_q ? (g * rep + warp) * hd : is_k ? (p.heads + g) * hd : (p.heads + p.kv_heads + g) * hd;
-      for (uint32_t i = lane; i < hd; i += 32) v[i] = load_activation(qkv + from + i);
+      if (tagged_field(0)) warp_load_tagged(v, qkv + from, hd, p.qkv);  // handoff.cuh
+      else
+        for (uint32_t i = lane; i < hd; i += 32) v[i] = load_activation(qkv + from + i);
       __syncwarp();
       const uint32_t norm = is_q ? p.q_norm : is_k ? p.k_norm : schedule::kNone;
       if (norm != schedule::kNone) warp_rms_norm(v, norm_weights[is_q ? 0 : 1], hd, p.norm_eps);
@@ -335,6 +337,7 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
       }
     }
     block_sync();
+    if (detail::handoff.failed) return ring.next_tile;  // the launch aborts: its tiles stay unread
     if (last && warp < rep) {  // the current position's score, from f32 q
       float dot = 0;
       for (uint32_t i = lane; i < hd; i += 32) dot = fmaf(q[warp * hd + i], bf16_to_f32(kcur16[i]), dot);
@@ -411,7 +414,7 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
       float acc = last ? wm[W * rep + r] * bf16_to_f32(vcur16[e]) : 0.0f;
       for (uint32_t w = 0; w < W; ++w) acc = fmaf(wm[w * rep + r], wo[(w * rep + r) * hd + e], acc);
       if (!reduce) part[r * row + e] = acc;
-      else if (tagged_field(2)) store_tagged(part + i, acc / head_sum[r]);  // reduce_out tagged (handoff.cuh)
+      else if (tagged_field(2)) store_tagged(part + i, acc / head_sum[r], detail::handoff.bit);  // reduce_out tagged (handoff.cuh)
       else part[i] = acc / head_sum[r];
       if (e == 0 && !reduce) part[r * row + hd] = head_max[r] * 0.6931471805599453f, part[r * row + hd + 1] = head_sum[r];
     }

@@ -21,6 +21,7 @@ __device__ inline void gpu_run(const schedule::AttnReducePayload& p, const sched
   const float* in = mem.at<const float>(p.in);
   float* out = mem.at<float>(p.out);
   const bool tagged = tagged_field(1);  // handoff.cuh
+  const uint32_t bit = detail::handoff.bit;
   const uint32_t hd = p.head_dim, S = p.kv_splits, A = schedule::active_kv_splits(ctx, S);
   for (uint32_t i = threadIdx.x; i < (p.head_end - p.head_begin) * hd; i += kThreads) {
     const uint32_t h = p.head_begin + i / hd, e = i % hd, g = h / p.rep, r = h % p.rep;
@@ -39,7 +40,7 @@ __device__ inline void gpu_run(const schedule::AttnReducePayload& p, const sched
       L += w * l;
       acc += w * a;
     }
-    if (tagged) store_tagged(out + uint64_t{h} * hd + e, acc / L);
+    if (tagged) store_tagged(out + uint64_t{h} * hd + e, acc / L, bit);
     else out[uint64_t{h} * hd + e] = acc / L;
   }
 }

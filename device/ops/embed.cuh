@@ -22,9 +22,10 @@ __device__ inline void gpu_run(const schedule::EmbedPayload& p, const schedule::
   // Written by another SM's argmax in the same launch: read through L2 (block.cuh).
   const uint32_t token = static_cast<uint32_t>(__ldcg(ctx.tokens));
   const bool tagged = tagged_field(0);
+  const uint32_t bit = detail::handoff.bit;
   for (uint32_t c = p.col_begin + threadIdx.x; c < p.col_end; c += kThreads) {
     const float v = token < p.vocab ? bf16_to_f32(table[uint64_t{token} * p.hidden + c]) : __int_as_float(0x7fc00000);
-    if (tagged) store_tagged(out + c, v);
+    if (tagged) store_tagged(out + c, v, bit);
     else out[c] = v;
   }
 }

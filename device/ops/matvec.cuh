@@ -180,13 +180,13 @@ __device__ __forceinline__ void consume_tile(const WeightTile& t, const uint16_t
 // adds the thread's share of the input's sum of squares to ss (norm only). As many in flight as
 // the registers hold without spilling (`-Xptxas -v`): three with a norm weight beside each, four
 // without. Down's 32 KB input on Llama-3.2-1B is two round trips, not three. A matvec's input is
-// always tagged (handoff.cuh): a batch with a value not yet this step's is loaded again whole,
-// a round trip a round, until every value is. If the launch aborts it stops early, with
-// handoff.failed set.
+// always tagged (handoff.cuh): returns bit 0 set if any value the thread loaded is not this
+// step's (`bit`); the caller decides for the whole block at its barrier whether to load again.
 template <uint32_t kBatch, bool kNorm>
-__device__ __forceinline__ void load_input(const float* in, uint32_t tensor, const uint2* norm4, uint32_t cols,
-                                           float4* xlo, float4* xhi, float& ss) {
+__device__ __forceinline__ uint32_t load_input(const float* in, const uint2* norm4, uint32_t cols, uint32_t bit,
+                                               float4* xlo, float4* xhi, float& ss) {
   const uint32_t tid = threadIdx.x;
+  uint32_t stale = 0;
   for (uint32_t base = 0; base < cols / 4; base += kBatch * kThreads) {
     float4 v[kBatch];
     uint2 nw[kBatch];
@@ -198,29 +198,12 @@ __device__ __forceinline__ void load_input(const float* in, uint32_t tensor, con
         if (kNorm) nw[k] = __ldg(norm4 + i);
       }
     }
-    const uint32_t bit = detail::handoff.bit;
-    uint32_t stale = 0;
-#pragma unroll
-    for (uint32_t k = 0; k < kBatch; ++k)
-      if (base + k * kThreads + tid < cols / 4) stale |= stale_bits(v[k], bit);
-    uint64_t start = 0;
-    for (uint32_t round = 0; stale; ++round) {  // a value not yet this step's: the batch again, together
-      if (!keep_polling(round, start, tensor, __uint_as_float(bit ^ 1u))) return;
-      stale = 0;
-#pragma unroll
-      for (uint32_t k = 0; k < kBatch; ++k) {
-        const uint32_t i = base + k * kThreads + tid;
-        if (i < cols / 4) v[k] = load_tagged4(in + 4 * i);
-      }
-#pragma unroll
-      for (uint32_t k = 0; k < kBatch; ++k)
-        if (base + k * kThreads + tid < cols / 4) stale |= stale_bits(v[k], bit);
-    }
 #pragma unroll
     for (uint32_t k = 0; k < kBatch; ++k) {
       const uint32_t i = base + k * kThreads + tid;
       if (i >= cols / 4) break;
       float4 x = v[k];
+      stale |= stale_bits(x, bit);
       if (kNorm) {
         ss += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
         x = make_float4(x.x * bf16_lo(nw[k].x), x.y * bf16_hi(nw[k].x), x.z * bf16_lo(nw[k].y), x.w * bf16_hi(nw[k].y));
@@ -228,6 +211,7 @@ __device__ __forceinline__ void load_input(const float* in, uint32_t tensor, con
       (i % 2 ? xhi : xlo)[i / 2] = x;
     }
   }
+  return stale;
 }
 
 // The producer warp streams the weight tiles into the ring; compute warp s consumes stage s's
@@ -253,7 +237,7 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
   bc.ring.pause();  // until the input is in (ring.cuh)
   const uint2* norm4 = norm ? reinterpret_cast<const uint2*>(mem.at<const uint16_t>(p.norm)) : nullptr;
   // The residual is loaded now, with the input: one round trip to L2 fewer after the weights.
-  // Tagged (handoff.cuh), its word is checked after the input's.
+  // Tagged (handoff.cuh), it is checked with the input.
   constexpr uint32_t kResidualRows = 1;  // rows per thread kept in a register; more load late
   const float* residual = p.residual == schedule::kNone ? nullptr : mem.at<const float>(p.residual);
   const bool residual_tagged = residual && tagged_field(1);
@@ -263,19 +247,29 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
     if (residual && tid + k * kThreads < rows)
       res[k] = residual_tagged ? load_tagged(residual + p.row_begin + tid + k * kThreads)
                                : load_activation(residual + p.row_begin + tid + k * kThreads);
-  float ss = 0;
   const float* in = mem.at<const float>(p.in);
-  if (norm) load_input<3, true>(in, p.in, norm4, cols, xlo, xhi, ss);
-  else load_input<4, false>(in, p.in, norm4, cols, xlo, xhi, ss);
-  if (residual_tagged && tid < rows && !detail::handoff.failed && !fresh(res[0]))
-    res[0] = poll_tagged(residual + p.row_begin + tid, p.residual);
   for (uint32_t i = tid; i < 2 * rows; i += kThreads) acc[i] = 0;
-  if (norm) {
-    ss = warp_sum(ss);
-    if (lane == 0) partial[warp] = ss;
+  // The input and the residual, loaded again by the whole block while any thread finds a value
+  // not yet this step's (handoff.cuh): the check is the reduction of the barrier the block needs
+  // before its tiles anyway, not a branch per thread (NOTES 105).
+  const uint32_t bit = detail::handoff.bit;
+  float ss;
+  uint64_t start = 0;
+  for (uint32_t round = 0;; ++round) {
+    ss = 0;
+    const uint32_t stale_in = norm ? load_input<3, true>(in, norm4, cols, bit, xlo, xhi, ss)
+                                   : load_input<4, false>(in, norm4, cols, bit, xlo, xhi, ss);
+    const uint32_t stale_res = residual_tagged && tid < rows ? (__float_as_uint(res[0]) ^ bit) & 1u : 0u;
+    if (norm) {
+      ss = warp_sum(ss);
+      if (lane == 0) partial[warp] = ss;
+    }
+    if (!block_any(stale_in | stale_res)) break;
+    if (stale_in | stale_res) keep_polling(round, start, stale_in ? p.in : p.residual, bit ^ 1u);
+    block_sync();  // every thread sees handoff.failed alike
+    if (detail::handoff.failed) return bc.ring.next_tile;  // the launch aborts: its tiles stay unread
+    if (stale_res) res[0] = load_tagged(residual + p.row_begin + tid);
   }
-  block_sync();
-  if (detail::handoff.failed) return bc.ring.next_tile;  // the launch aborts: its tiles stay unread
   bc.ring.resume();
   bc.mark(0);
 
@@ -310,6 +304,7 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
   // Read again here rather than kept from the input phase: a register live across the tile
   // loop above costs its consumers (spills).
   const bool out_tagged = tagged_field(2), residual_tagged2 = residual && tagged_field(1);
+  const uint32_t out_bit = detail::handoff.bit;
   for (uint32_t i = tid, k = 0; i < rows; i += kThreads, ++k) {
     const float a = acc[i] * inv;
     const float y = silu ? a / (1.0f + expf(-a)) * (acc[rows + i] * inv) : a;
@@ -323,7 +318,7 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
       while (p.row_begin + i >= p.weight_row_end[s]) first = p.weight_row_end[s++];
       if (p.bias[s] != schedule::kNone) b = bf16_to_f32(mem.at<const uint16_t>(p.bias[s])[p.row_begin + i - first]);
     }
-    if (out_tagged) store_tagged(out + p.row_begin + i, r + (y + b));
+    if (out_tagged) store_tagged(out + p.row_begin + i, r + (y + b), out_bit);
     else out[p.row_begin + i] = r + (y + b);
   }
   return bc.ring.next_tile;

@@ -642,6 +642,35 @@ TEST_CASE("the watchdog of a tagged hand-off (code 3) names the tensor never wri
   agrees_after_a_report(plan.schedule, ckpt);
 }
 
+TEST_CASE("the tagged hand-off drops the counters that only tagged activations were signalled on") {
+  const int sms = device::cuda_device_sm_count();
+  const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/tiny-llama.yaml");
+  const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
+  const schedule::Schedule& s = plan.schedule;
+  device::ExecutorOptions eo;
+  eo.max_context = 8;
+  device::CudaExecutor tags(s, eo);
+  size_t matvecs = 0, attentions = 0;
+  for (const schedule::Instruction& inst : s.instructions) {
+    if (inst.opcode == static_cast<uint16_t>(schedule::Opcode::matvec)) {
+      const auto& p = schedule::payload_as<schedule::MatvecPayload>(inst);
+      CHECK(tags.tagged(p.in));
+      CHECK(tags.tagged(p.out) == (p.out != s.logits_tensor));  // the argmax reads the logits with a counter
+      ++matvecs;
+    }
+    if (inst.opcode == static_cast<uint16_t>(schedule::Opcode::attention)) {
+      CHECK(tags.tagged(schedule::payload_as<schedule::AttentionPayload>(inst).qkv));  // its set-up polls q, k and v
+      ++attentions;
+    }
+  }
+  REQUIRE(matvecs > 0);
+  REQUIRE(attentions > 0);
+  CHECK(tags.device_waits() < s.waits.size());
+  eo.tagged_handoff = false;
+  device::CudaExecutor counters(s, eo);
+  CHECK(counters.device_waits() == s.waits.size());
+}
+
 TEST_CASE("the watchdog of the wait between a launch's steps reports an SM still in the step before (code 2), and the GPU stays usable") {
   // Before a launch's second step every SM waits, for twice the watchdog, until every SM has
   // finished the first. One SM's last instruction, an LM head task, gets 20000 copies behind it
