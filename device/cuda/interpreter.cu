@@ -435,8 +435,10 @@ Queues without_tagged_counters(const schedule::Schedule& s, const std::vector<ui
       writes = true;
       all_tagged = all_tagged && tagged[t];
     });
-    for (const bool brief : {false, true})
-      for (const uint32_t c : s.signals_of(inst, brief)) (writes && all_tagged ? drop : kept)[c] = 1;
+    // The full lists decide. A short list adds the counters of the tasks its instruction does at
+    // short steps (planner/plan.cpp, derive_short_signals), whose output it then writes in that
+    // tensor's layout: the attention's reduce_out, tagged where attn_reduce's output is.
+    for (const uint32_t c : s.signals_of(inst, false)) (writes && all_tagged ? drop : kept)[c] = 1;
   }
   for (uint32_t c = 0; c < s.counter_count; ++c) drop[c] = drop[c] && !kept[c];
   Queues q{s.instructions, {}, {}};

@@ -41,6 +41,11 @@ planner::Plan plan_example(const dsl::ModelGraph& model, uint32_t sms) {
   return planner::plan(model, o);
 }
 
+// The tiny example planned for this GPU's SM count.
+planner::Plan plan_tiny_llama() {
+  return plan_example(dsl::parse_file(kRoot + "/examples/tiny-llama.yaml"), static_cast<uint32_t>(device::cuda_device_sm_count()));
+}
+
 
 // Host copies of every tensor of a schedule, filled with random values.
 struct HostState {
@@ -596,9 +601,7 @@ TEST_CASE("the watchdog of a tagged hand-off (code 3) names the tensor never wri
   // The last layer's down projection (it writes what the LM head reads, a tagged tensor) loses
   // its task's last row: every LM head task polls that value for ever, and the report is the
   // tagged poll's.
-  const int sms = device::cuda_device_sm_count();
-  const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/tiny-llama.yaml");
-  const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
+  const planner::Plan plan = plan_tiny_llama();
   schedule::Schedule broken = plan.schedule;  // not re-verified: the test skips the planner's proof
   uint32_t final_x = schedule::kNone;
   for (const schedule::Instruction& inst : broken.instructions)
@@ -643,9 +646,7 @@ TEST_CASE("the watchdog of a tagged hand-off (code 3) names the tensor never wri
 }
 
 TEST_CASE("the tagged hand-off drops the counters that only tagged activations were signalled on") {
-  const int sms = device::cuda_device_sm_count();
-  const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/tiny-llama.yaml");
-  const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
+  const planner::Plan plan = plan_tiny_llama();
   const schedule::Schedule& s = plan.schedule;
   device::ExecutorOptions eo;
   eo.max_context = 8;
@@ -679,9 +680,7 @@ TEST_CASE("the watchdog of the wait between a launch's steps reports an SM still
   // time out (code 1): none waits on the copies, and the copies wait on nothing. The watchdog is an
   // eighth of the copies' time (measured in launches of one step, which have no barrier), so the
   // barrier's wait times out with three quarters of the copies still to run.
-  const int sms = device::cuda_device_sm_count();
-  const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/tiny-llama.yaml");
-  const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
+  const planner::Plan plan = plan_tiny_llama();
   schedule::Schedule broken = plan.schedule;  // not re-verified: the test skips the planner's proof
   auto lm_head_last = [&](uint32_t sm) {
     if (broken.sm_offsets[sm] == broken.sm_offsets[sm + 1]) return false;
@@ -748,9 +747,7 @@ TEST_CASE("a schedule planned for another SM count is refused with a way out") {
 }
 
 TEST_CASE("the CUDA backend traces a step (mkrun --trace): every instruction, in order on its SM") {
-  const int sms = device::cuda_device_sm_count();
-  const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/tiny-llama.yaml");
-  const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
+  const planner::Plan plan = plan_tiny_llama();
   const schedule::Schedule& s = plan.schedule;
   TempDir dir("trace");
   device::write_random_checkpoint(s, dir.path, 11);
@@ -778,9 +775,7 @@ TEST_CASE("the CUDA backend traces a step (mkrun --trace): every instruction, in
 }
 
 TEST_CASE("a traced launch of several steps records its last step") {
-  const int sms = device::cuda_device_sm_count();
-  const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/tiny-llama.yaml");
-  const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
+  const planner::Plan plan = plan_tiny_llama();
   const schedule::Schedule& s = plan.schedule;
   device::ExecutorOptions eo;
   eo.max_context = 160;
