@@ -21,6 +21,13 @@ inline constexpr uint32_t kThreads = kWarps * 32;           // compute threads
 
 __device__ __forceinline__ void block_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory"); }
 
+// The GPU's nanosecond clock (the watchdog's, the trace's).
+__device__ __forceinline__ uint64_t global_timer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // block_sync that also tells every compute thread whether any of them passed true.
 __device__ __forceinline__ bool block_any(bool p) {
   uint32_t r;

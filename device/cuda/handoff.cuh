@@ -64,12 +64,6 @@ static __shared__ Handoff handoff;  // set by the interpreter's loop
 // trip to L2 in every task's epilogue (bench/NOTES.md 103).
 __device__ __forceinline__ bool tagged_field(uint32_t k) { return (detail::handoff.fields >> k) & 1u; }
 
-__device__ __forceinline__ uint64_t global_timer() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 __device__ __forceinline__ float4 load_tagged4(const float* p) {
   float4 v;
   asm volatile("ld.relaxed.gpu.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstring>
 #include <span>
@@ -484,7 +485,7 @@ struct CudaExecutor::State {
   std::vector<void*> buffers;
   std::vector<size_t> sizes;    // as the schedule's tensors: f32 elements of 4 bytes
   std::vector<uint8_t> layouts;  // per tensor: its Layout (nonzero: tagged, handoff.cuh)
-  size_t device_waits = 0;       // the waits the GPU's queues hold
+  std::vector<std::array<uint16_t, 2>> device_waits;  // per instruction: its full and short wait counts on the GPU
   KernelParams params{};
   void** tensor_table = nullptr;
   ErrorRecord* error = nullptr;
@@ -598,7 +599,7 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   p.instructions = device_copy(queues.instructions, "instructions");
   p.sm_offsets = device_copy(s.sm_offsets, "sm_offsets");
   p.waits = device_copy(queues.waits, "waits");
-  st_->device_waits = queues.waits.size();
+  for (const schedule::Instruction& inst : queues.instructions) st_->device_waits.push_back({inst.wait_count, inst.short_wait_count});
   p.signals = device_copy(queues.signals, "signals");
   check(cudaMalloc(&p.counters, (s.counter_count + 1) * 4), "counters");
   p.steps_done = p.counters + s.counter_count;
@@ -652,7 +653,9 @@ void CudaExecutor::download(uint32_t tensor, void* data, size_t bytes) const {
 }
 
 bool CudaExecutor::tagged(uint32_t tensor) const { return st_->layouts.at(tensor) != 0; }
-size_t CudaExecutor::device_waits() const { return st_->device_waits; }
+uint32_t CudaExecutor::device_waits(uint32_t instruction, bool short_step) const {
+  return st_->device_waits.at(instruction)[short_step ? 1 : 0];
+}
 
 size_t CudaExecutor::tensor_bytes(uint32_t tensor) const { return st_->sizes.at(tensor); }
 

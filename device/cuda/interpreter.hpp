@@ -55,7 +55,9 @@ class CudaExecutor {
   void download(uint32_t tensor, void* data, size_t bytes) const;
   size_t tensor_bytes(uint32_t tensor) const;
   bool tagged(uint32_t tensor) const;  // its values carry their step's bit (device/cuda/handoff.cuh)
-  size_t device_waits() const;         // the counter waits its queues hold: the schedule's, less the tagged hand-offs'
+  // The counter waits the GPU runs for an instruction at a full or short step: the schedule's,
+  // less those of the tagged hand-offs.
+  uint32_t device_waits(uint32_t instruction, bool short_step) const;
 
   // The token history on the device: position p decodes history[p] (max_context + 1 entries).
   void set_tokens(uint32_t first, const int32_t* ids, uint32_t n);

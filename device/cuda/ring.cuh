@@ -114,11 +114,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 // Records in an instruction's trace record (when tracing: not null) the time its op body
 // reaches phase k (0 or 1) of its own; by thread 0.
 __device__ __forceinline__ void trace_mark(uint64_t* trace, uint32_t k) {
-  if (trace && threadIdx.x == 0) {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    trace[3 + k] = t;
-  }
+  if (trace && threadIdx.x == 0) trace[3 + k] = global_timer();
 }
 
 // What an op body gets besides its payload: scratch shared memory and the weight ring.
