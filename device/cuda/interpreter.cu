@@ -166,7 +166,10 @@ __device__ void prefetch_queue(const KernelParams& p, uint32_t i, uint32_t end, 
 // Count the instruction done with release semantics: after the block barrier, the release
 // makes every thread's writes visible device-wide before the increment is. A counter listed n
 // times in a row (a task signalling for the attn_reduce tasks it does at short steps) gets one
-// increment of n: each release waits for the SM's copies in flight.
+// increment of n: each release waits for the SM's copies in flight. A counter the executor
+// marked kUnwaited (no wait list of the step's kind names it) gets a relaxed add: at such a step
+// it carries no data to anyone.
+constexpr uint32_t kUnwaited = 1u << 31;
 __device__ void counter_signal(const KernelParams& p, const schedule::Instruction& inst, bool brief) {
   const schedule::ListRange r = schedule::signal_range(inst, brief);
   const uint32_t* list = p.signals + r.begin;
@@ -174,7 +177,10 @@ __device__ void counter_signal(const KernelParams& p, const schedule::Instructio
     const uint32_t c = list[k];
     uint32_t n = 1;
     while (k + n < r.count && list[k + n] == c) ++n;
-    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p.counters + c), "r"(n) : "memory");
+    if (c & kUnwaited)
+      asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(p.counters + (c & ~kUnwaited)), "r"(n) : "memory");
+    else
+      asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p.counters + c), "r"(n) : "memory");
     k += n;
   }
 }
@@ -417,7 +423,8 @@ std::vector<uint8_t> tensor_layouts(const schedule::Schedule& s) {
 }
 
 // The queues as the GPU runs them: without the counters that only tagged tensors were
-// signalled on. Such a counter's signallers all write tagged tensors and nothing else, so its
+// signalled on (none where `tagged` is all zero), and their signals marked kUnwaited where no
+// wait of the step's kind names them. Such a counter's signallers all write tagged tensors and nothing else, so its
 // waiters read (if anything of theirs) tagged values, whose poll is the wait; dropping a wait
 // only removes an edge from the schedule's proven-acyclic wait graph. Each instruction's lists
 // keep their order, and its short waits stay the first ones.
@@ -426,7 +433,7 @@ struct Queues {
   std::vector<schedule::Wait> waits;
   std::vector<uint32_t> signals;
 };
-Queues without_tagged_counters(const schedule::Schedule& s, const std::vector<uint8_t>& tagged) {
+Queues device_queues(const schedule::Schedule& s, const std::vector<uint8_t>& tagged) {
   // (tagged: tensor_layouts' values, nonzero where tagged)
   std::vector<uint8_t> drop(s.counter_count, 0), kept(s.counter_count, 0);
   for (const schedule::Instruction& inst : s.instructions) {
@@ -465,6 +472,23 @@ Queues without_tagged_counters(const schedule::Schedule& s, const std::vector<ui
     copy_signals(false, inst.signal_begin, inst.signal_count);
     copy_signals(true, inst.short_signal_begin, inst.short_signal_count);
   }
+  // A counter that no wait list of a kind (full or short) names carries no data at such a step:
+  // a later step's wait counts its signals, but that step's data come with that step's own
+  // releases (and the step barrier's). Its signals there are marked kUnwaited: a relaxed add
+  // keeps the count without the release's wait for the SM's copies in flight (at a short step,
+  // the attention's for the attn_reduce tasks it bypasses).
+  for (const bool brief : {false, true}) {
+    std::vector<uint8_t> waited(s.counter_count, 0);
+    for (const schedule::Instruction& inst : q.instructions) {
+      const schedule::ListRange w = schedule::wait_range(inst, brief);
+      for (uint32_t k = 0; k < w.count; ++k) waited[q.waits[w.begin + k].counter] = 1;
+    }
+    for (const schedule::Instruction& inst : q.instructions) {
+      const schedule::ListRange r = schedule::signal_range(inst, brief);
+      for (uint32_t k = 0; k < r.count; ++k)
+        if (!waited[q.signals[r.begin + k]]) q.signals[r.begin + k] |= kUnwaited;
+    }
+  }
   return q;
 }
 
@@ -486,6 +510,7 @@ struct CudaExecutor::State {
   std::vector<size_t> sizes;    // as the schedule's tensors: f32 elements of 4 bytes
   std::vector<uint8_t> layouts;  // per tensor: its Layout (nonzero: tagged, handoff.cuh)
   std::vector<std::array<uint16_t, 2>> device_waits;  // per instruction: its full and short wait counts on the GPU
+  std::vector<std::array<uint16_t, 2>> relaxed;       // per instruction: its full and short signals marked kUnwaited
   KernelParams params{};
   void** tensor_table = nullptr;
   ErrorRecord* error = nullptr;
@@ -586,7 +611,7 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   st_->tensor_table = device_copy(st_->buffers, "tensor table");
   // Without the tagged hand-off, every counter as the schedule lists it: the values are then
   // already current when a reader's counter wait ends.
-  Queues queues = opt.tagged_handoff ? without_tagged_counters(s, st_->layouts) : Queues{s.instructions, s.waits, s.signals};
+  Queues queues = device_queues(s, opt.tagged_handoff ? st_->layouts : std::vector<uint8_t>(s.tensors.size(), 0));
   for (schedule::Instruction& inst : queues.instructions) {  // each body's tagged_field bits (handoff.cuh)
     uint32_t k = 0, bits = 0;
     for_each_activation(inst, [&](uint32_t t, bool, Tagging) {
@@ -599,7 +624,15 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   p.instructions = device_copy(queues.instructions, "instructions");
   p.sm_offsets = device_copy(s.sm_offsets, "sm_offsets");
   p.waits = device_copy(queues.waits, "waits");
-  for (const schedule::Instruction& inst : queues.instructions) st_->device_waits.push_back({inst.wait_count, inst.short_wait_count});
+  for (const schedule::Instruction& inst : queues.instructions) {
+    st_->device_waits.push_back({inst.wait_count, inst.short_wait_count});
+    std::array<uint16_t, 2> relaxed{};
+    for (const bool brief : {false, true}) {
+      const schedule::ListRange r = schedule::signal_range(inst, brief);
+      for (uint32_t k = 0; k < r.count; ++k) relaxed[brief] += (queues.signals[r.begin + k] & kUnwaited) != 0;
+    }
+    st_->relaxed.push_back(relaxed);
+  }
   p.signals = device_copy(queues.signals, "signals");
   check(cudaMalloc(&p.counters, (s.counter_count + 1) * 4), "counters");
   p.steps_done = p.counters + s.counter_count;
@@ -655,6 +688,9 @@ void CudaExecutor::download(uint32_t tensor, void* data, size_t bytes) const {
 bool CudaExecutor::tagged(uint32_t tensor) const { return st_->layouts.at(tensor) != 0; }
 uint32_t CudaExecutor::device_waits(uint32_t instruction, bool short_step) const {
   return st_->device_waits.at(instruction)[short_step ? 1 : 0];
+}
+uint32_t CudaExecutor::relaxed_signals(uint32_t instruction, bool short_step) const {
+  return st_->relaxed.at(instruction)[short_step ? 1 : 0];
 }
 
 size_t CudaExecutor::tensor_bytes(uint32_t tensor) const { return st_->sizes.at(tensor); }

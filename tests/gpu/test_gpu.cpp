@@ -673,6 +673,11 @@ TEST_CASE("the tagged hand-off drops the counters that only tagged activations w
     if (inst.opcode == static_cast<uint16_t>(schedule::Opcode::attention)) {
       CHECK(tags.tagged(schedule::payload_as<schedule::AttentionPayload>(inst).qkv));  // its set-up polls q, k and v
       CHECK(tags.device_waits(i, false) == 0);  // its q, k and v: polled, their counters dropped
+      // At a short step it does attn_reduce's work itself: nobody waits for its counter there,
+      // so it signals with relaxed adds; at a full step attn_reduce waits for it.
+      CHECK(tags.relaxed_signals(i, true) > 0);
+      CHECK(tags.relaxed_signals(i, false) == 0);
+      CHECK(counters.relaxed_signals(i, false) == 0);
       ++attentions;
     }
   }
