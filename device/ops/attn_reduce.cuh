@@ -28,17 +28,25 @@ __device__ inline void gpu_run(const schedule::AttnReducePayload& p, const sched
     const float* first = in + (uint64_t{g} * S * p.rep + r) * (hd + 2);
     const uint64_t stride = uint64_t{p.rep} * (hd + 2);  // from one split's partial to the next
     // All of a thread's loads are independent: issue them before using any (latency, not
-    // bandwidth, is what this op costs).
+    // bandwidth, is what this op costs). Eight splits at a time without a branch, those past A
+    // reading split A - 1 again (the max stays, the weight is 0): `#pragma unroll 8` over
+    // s < A ran the remainder of a count that is not a multiple of 8 (5 to 7 splits at 257-448
+    // positions on Llama-3.1-8B and Qwen3-4B) one dependent load at a time: 1.5-4 % of those
+    // steps (bench/NOTES.md 110).
     float M = -INFINITY, L = 0, acc = 0;
-#pragma unroll 8
-    for (uint32_t s = 0; s < A; ++s) M = fmaxf(M, load_activation(first + s * stride + hd));
-#pragma unroll 8
-    for (uint32_t s = 0; s < A; ++s) {
-      const float m = load_activation(first + s * stride + hd), l = load_activation(first + s * stride + hd + 1);
-      const float a = load_activation(first + s * stride + e);
-      const float w = l == 0 ? 0.0f : expf(m - M);
-      L += w * l;
-      acc += w * a;
+    for (uint32_t s0 = 0; s0 < A; s0 += 8) {
+#pragma unroll
+      for (uint32_t j = 0; j < 8; ++j) M = fmaxf(M, load_activation(first + min(s0 + j, A - 1) * stride + hd));
+    }
+    for (uint32_t s0 = 0; s0 < A; s0 += 8) {
+#pragma unroll
+      for (uint32_t j = 0; j < 8; ++j) {
+        const float* part = first + min(s0 + j, A - 1) * stride;
+        const float m = load_activation(part + hd), l = load_activation(part + hd + 1), a = load_activation(part + e);
+        const float w = s0 + j >= A || l == 0 ? 0.0f : expf(m - M);
+        L += w * l;
+        acc += w * a;
+      }
     }
     if (tagged) store_tagged(out + uint64_t{h} * hd + e, acc / L, bit);
     else out[uint64_t{h} * hd + e] = acc / L;
