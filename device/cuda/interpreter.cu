@@ -423,10 +423,11 @@ std::vector<uint8_t> tensor_layouts(const schedule::Schedule& s) {
 }
 
 // The queues as the GPU runs them: without the counters that only tagged tensors were
-// signalled on (none where `tagged` is all zero), and their signals marked kUnwaited where no
-// wait of the step's kind names them. Such a counter's signallers all write tagged tensors and nothing else, so its
-// waiters read (if anything of theirs) tagged values, whose poll is the wait; dropping a wait
-// only removes an edge from the schedule's proven-acyclic wait graph. Each instruction's lists
+// signalled on (none where `tagged` is all zero), and the signals marked kUnwaited where no
+// wait of the step's kind names their counter. A dropped counter's signallers all write tagged
+// tensors and nothing else, so its waiters read (if anything of theirs) tagged values, whose
+// poll is the wait; dropping a wait only removes an edge from the schedule's proven-acyclic
+// wait graph. Each instruction's lists
 // keep their order, and its short waits stay the first ones.
 struct Queues {
   std::vector<schedule::Instruction> instructions;
