@@ -22,6 +22,7 @@
 #include "device/ops/embed.cuh"
 #include "device/ops/matvec.cuh"
 #include "device/ops/sample.cuh"
+#include "schedules/limits.hpp"
 #include "schedules/ops.hpp"
 
 namespace mk::device {
@@ -170,6 +171,7 @@ __device__ void prefetch_queue(const KernelParams& p, uint32_t i, uint32_t end, 
 // marked kUnwaited (no wait list of the step's kind names it) gets a relaxed add: at such a step
 // it carries no data to anyone.
 constexpr uint32_t kUnwaited = 1u << 31;
+static_assert(limits::kMaxCounters <= kUnwaited, "a counter's index leaves the mark's bit free (schedules/limits.hpp)");
 __device__ void counter_signal(const KernelParams& p, const schedule::Instruction& inst, bool brief) {
   const schedule::ListRange r = schedule::signal_range(inst, brief);
   const uint32_t* list = p.signals + r.begin;
