@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstring>
 #include <span>
@@ -429,8 +428,8 @@ std::vector<uint8_t> tensor_layouts(const schedule::Schedule& s) {
 // wait of the step's kind names their counter. A dropped counter's signallers all write tagged
 // tensors and nothing else, so its waiters read (if anything of theirs) tagged values, whose
 // poll is the wait; dropping a wait only removes an edge from the schedule's proven-acyclic
-// wait graph. Each instruction's lists
-// keep their order, and its short waits stay the first ones.
+// wait graph. Each instruction's lists keep their order, and its short waits stay the first
+// ones.
 struct Queues {
   std::vector<schedule::Instruction> instructions;
   std::vector<schedule::Wait> waits;
@@ -512,8 +511,7 @@ struct CudaExecutor::State {
   std::vector<void*> buffers;
   std::vector<size_t> sizes;    // as the schedule's tensors: f32 elements of 4 bytes
   std::vector<uint8_t> layouts;  // per tensor: its Layout (nonzero: tagged, handoff.cuh)
-  std::vector<std::array<uint16_t, 2>> device_waits;  // per instruction: its full and short wait counts on the GPU
-  std::vector<std::array<uint16_t, 2>> relaxed;       // per instruction: its full and short signals marked kUnwaited
+  Queues queues;                 // the host copy of the queues the GPU runs (device_queues)
   KernelParams params{};
   void** tensor_table = nullptr;
   ErrorRecord* error = nullptr;
@@ -614,7 +612,8 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   st_->tensor_table = device_copy(st_->buffers, "tensor table");
   // Without the tagged hand-off, every counter as the schedule lists it: the values are then
   // already current when a reader's counter wait ends.
-  Queues queues = device_queues(s, opt.tagged_handoff ? st_->layouts : std::vector<uint8_t>(s.tensors.size(), 0));
+  Queues& queues = st_->queues;
+  queues = device_queues(s, opt.tagged_handoff ? st_->layouts : std::vector<uint8_t>(s.tensors.size(), 0));
   for (schedule::Instruction& inst : queues.instructions) {  // each body's tagged_field bits (handoff.cuh)
     uint32_t k = 0, bits = 0;
     for_each_activation(inst, [&](uint32_t t, bool, Tagging) {
@@ -627,15 +626,6 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   p.instructions = device_copy(queues.instructions, "instructions");
   p.sm_offsets = device_copy(s.sm_offsets, "sm_offsets");
   p.waits = device_copy(queues.waits, "waits");
-  for (const schedule::Instruction& inst : queues.instructions) {
-    st_->device_waits.push_back({inst.wait_count, inst.short_wait_count});
-    std::array<uint16_t, 2> relaxed{};
-    for (const bool brief : {false, true}) {
-      const schedule::ListRange r = schedule::signal_range(inst, brief);
-      for (uint32_t k = 0; k < r.count; ++k) relaxed[brief] += (queues.signals[r.begin + k] & kUnwaited) != 0;
-    }
-    st_->relaxed.push_back(relaxed);
-  }
   p.signals = device_copy(queues.signals, "signals");
   check(cudaMalloc(&p.counters, (s.counter_count + 1) * 4), "counters");
   p.steps_done = p.counters + s.counter_count;
@@ -690,10 +680,12 @@ void CudaExecutor::download(uint32_t tensor, void* data, size_t bytes) const {
 
 bool CudaExecutor::tagged(uint32_t tensor) const { return st_->layouts.at(tensor) != 0; }
 uint32_t CudaExecutor::device_waits(uint32_t instruction, bool short_step) const {
-  return st_->device_waits.at(instruction)[short_step ? 1 : 0];
+  return schedule::wait_range(st_->queues.instructions.at(instruction), short_step).count;
 }
 uint32_t CudaExecutor::relaxed_signals(uint32_t instruction, bool short_step) const {
-  return st_->relaxed.at(instruction)[short_step ? 1 : 0];
+  const schedule::ListRange r = schedule::signal_range(st_->queues.instructions.at(instruction), short_step);
+  const auto list = std::span(st_->queues.signals).subspan(r.begin, r.count);
+  return static_cast<uint32_t>(std::count_if(list.begin(), list.end(), [](uint32_t c) { return (c & kUnwaited) != 0; }));
 }
 
 size_t CudaExecutor::tensor_bytes(uint32_t tensor) const { return st_->sizes.at(tensor); }

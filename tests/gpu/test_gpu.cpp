@@ -653,7 +653,7 @@ TEST_CASE("the tagged hand-off drops the counters that only tagged activations w
   device::CudaExecutor tags(s, eo);
   eo.tagged_handoff = false;
   device::CudaExecutor counters(s, eo);
-  size_t matvecs = 0, attentions = 0, dropped = 0;
+  size_t matvecs = 0, lm_heads = 0, attentions = 0, dropped = 0;
   for (uint32_t i = 0; i < s.instructions.size(); ++i) {
     const schedule::Instruction& inst = s.instructions[i];
     CHECK(counters.device_waits(i, false) == inst.wait_count);
@@ -668,6 +668,11 @@ TEST_CASE("the tagged hand-off drops the counters that only tagged activations w
       // counter is left for it to wait on, at either kind of step.
       CHECK(tags.device_waits(i, false) == 0);
       CHECK(tags.device_waits(i, true) == 0);
+      if (p.out == s.logits_tensor) {  // the argmax waits for the LM head's counters at every step: releases
+        CHECK(tags.relaxed_signals(i, false) == 0);
+        CHECK(tags.relaxed_signals(i, true) == 0);
+        ++lm_heads;
+      }
       ++matvecs;
     }
     if (inst.opcode == static_cast<uint16_t>(schedule::Opcode::attention)) {
@@ -682,6 +687,7 @@ TEST_CASE("the tagged hand-off drops the counters that only tagged activations w
     }
   }
   REQUIRE(matvecs > 0);
+  REQUIRE(lm_heads > 0);
   REQUIRE(attentions > 0);
   CHECK(dropped > 0);
 }
