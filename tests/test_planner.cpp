@@ -19,8 +19,10 @@
 
 #include <unistd.h>
 
+#include "common/input_file.hpp"
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
+#include "schedules/limits.hpp"
 #include "schedules/ops.hpp"
 #include "schedules/schedule.hpp"
 
@@ -331,8 +333,7 @@ TEST_CASE("planner: an argmax split in tasks gets a workspace and a ticket; each
   }
   CHECK(next == 128256);
   // One task (tiny-llama's argmax with its split left out: 512 logits are one task's): neither.
-  std::ifstream in(MK_SOURCE_DIR "/examples/tiny-llama.yaml");
-  std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string yaml = mk::io::read_input_file(MK_SOURCE_DIR "/examples/tiny-llama.yaml", mk::limits::kMaxTextBytes);
   const std::string split = "out: next_token, split: 4}";
   REQUIRE(yaml.find(split) != std::string::npos);
   yaml.replace(yaml.find(split), split.size(), "out: next_token}");
@@ -501,8 +502,7 @@ TEST_CASE("planner: at short steps each attn_reduce task is done by its kv head'
 TEST_CASE("planner: no short steps for attention partials that two ops read") {
   // A second attn_reduce of the same partials, feeding a second o projection: at short steps the
   // attention could write only one of the two outputs, so neither is taken over.
-  std::ifstream in(MK_SOURCE_DIR "/examples/tiny-llama.yaml");
-  std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string yaml = mk::io::read_input_file(MK_SOURCE_DIR "/examples/tiny-llama.yaml", mk::limits::kMaxTextBytes);
   const std::string reduce = "        - {op: attn_reduce, in: \"attn_part{layer}\", out: \"attn{layer}\", split: 4}\n";
   REQUIRE(yaml.find(reduce) != std::string::npos);
   yaml.insert(yaml.find(reduce) + reduce.size(),
@@ -522,8 +522,7 @@ TEST_CASE("planner: no short steps for attention partials that two ops read") {
 
 TEST_CASE("planner: attn_reduce tasks that span two kv heads keep their work at short steps") {
   // tiny-llama has 4 q heads per kv head; attn_reduce split 3 gives heads [0, 2), [2, 5), [5, 8).
-  std::ifstream in(MK_SOURCE_DIR "/examples/tiny-llama.yaml");
-  std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string yaml = mk::io::read_input_file(MK_SOURCE_DIR "/examples/tiny-llama.yaml", mk::limits::kMaxTextBytes);
   const std::string from = "out: \"attn{layer}\", split: 4}", to = "out: \"attn{layer}\", split: 3}";
   REQUIRE(yaml.find(from) != std::string::npos);
   yaml.replace(yaml.find(from), from.size(), to);

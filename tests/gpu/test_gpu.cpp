@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "tests/step_context.hpp"
+#include "common/input_file.hpp"
 #include "device/bf16.hpp"
 #include "device/cuda/interpreter.hpp"
 #include "device/ops/cpu_ops.hpp"
@@ -24,6 +25,7 @@
 #include "dsl/hf_config.hpp"
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
+#include "schedules/limits.hpp"
 #include "tests/reference.hpp"
 #include "tests/temp_dir.hpp"
 
@@ -96,11 +98,10 @@ schedule::Schedule single_op(const schedule::Schedule& s, uint32_t op, uint32_t 
   return out;
 }
 
-void compare_ops(const std::string& path, uint32_t pos, uint32_t max_context) {
+void compare_ops(const dsl::ModelGraph& model, uint32_t pos, uint32_t max_context) {
   CAPTURE(pos);
-  const std::string example = fs::path(path).filename().string();
+  const std::string& example = model.name;
   const int sms = device::cuda_device_sm_count();
-  const dsl::ModelGraph model = dsl::parse_file(path);
   const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
   const uint32_t token = 11;
   for (uint32_t op = 0; op < plan.schedule.ops.size(); ++op) {
@@ -165,8 +166,8 @@ TEST_CASE("every op on the GPU matches its emulator body") {
   // the last one.
   for (const auto& [pos, max_context] :
        {std::pair{2u, 8u}, std::pair{5u, 16u}, std::pair{37u, 64u}, std::pair{1100u, 1200u}}) {
-    compare_ops(kRoot + "/examples/tiny-llama.yaml", pos, max_context);
-    compare_ops(kRoot + "/examples/tiny-qwen3.yaml", pos, max_context);
+    compare_ops(dsl::parse_file(kRoot + "/examples/tiny-llama.yaml"), pos, max_context);
+    compare_ops(dsl::parse_file(kRoot + "/examples/tiny-qwen3.yaml"), pos, max_context);
   }
 }
 
@@ -422,9 +423,9 @@ TEST_CASE("argmax on the GPU: a vocabulary not a multiple of four, the largest v
 }
 
 // One step at `pos` with the weight ring cut to 2 and 3 stages, against the emulator's op bodies.
-void check_ring_stages(const std::string& path, uint32_t pos) {
-  const std::string example = fs::path(path).filename().string();
-  const planner::Plan plan = plan_example(dsl::parse_file(path), static_cast<uint32_t>(device::cuda_device_sm_count()));
+void check_ring_stages(const dsl::ModelGraph& model, uint32_t pos) {
+  const std::string& example = model.name;
+  const planner::Plan plan = plan_example(model, static_cast<uint32_t>(device::cuda_device_sm_count()));
   const schedule::Schedule& s = plan.schedule;
   const uint32_t token = 7, max_context = 1024;
   HostState cpu(s, max_context, 4242 + pos);  // random weights and cache; activations poisoned below
@@ -454,11 +455,11 @@ void check_ring_stages(const std::string& path, uint32_t pos) {
   const float* want = reinterpret_cast<const float*>(cpu.bytes[s.logits_tensor].data());
   const std::vector<float> expected(want, want + gpu_logits[0].size());
   for (const std::vector<float>& got : gpu_logits) {
-    INFO(std::string(example) << " at position " << pos);
+    INFO(example << " at position " << pos);
     CHECK(std::none_of(got.begin(), got.end(), [](float v) { return std::isnan(v); }));
     CHECK(test::rel_error(got, expected) < 1e-3);
   }
-  MESSAGE(std::string(example), " at position ", pos, ": 2 and 3 ring stages, logits within ",
+  MESSAGE(example, " at position ", pos, ": 2 and 3 ring stages, logits within ",
           test::rel_error(gpu_logits[0], expected), " and ", test::rel_error(gpu_logits[1], expected), " of the emulator");
 }
 
@@ -466,27 +467,30 @@ TEST_CASE("rows cut into column blocks (an input wider than two rows a stage), t
   // tiny-llama with 13000 intermediate rows: down's rows are cut into 7 blocks of 1864 columns
   // (the last 1816), four rows a tile (device/ops/matvec.cuh), as Llama-3.1-8B's 14336 are; the
   // tiny models' own rows all fit a stage two at a time.
+  std::string yaml = io::read_input_file(kRoot + "/examples/tiny-llama.yaml", limits::kMaxTextBytes);
+  for (const auto& [from, to] : {std::pair{"model: tiny-llama", "model: wide-mlp"}, std::pair{"inter: 512\n", "inter: 13000\n"}}) {
+    const size_t at = yaml.find(from);
+    REQUIRE(at != std::string::npos);
+    yaml.replace(at, std::strlen(from), to);
+  }
+  const dsl::ModelGraph model = dsl::parse_string(yaml, "wide-mlp.yaml");
+  const planner::Plan plan = plan_example(model, static_cast<uint32_t>(device::cuda_device_sm_count()));
+  // The test is about down's cut rows: its input must be that wide (13000 f32 columns, not two
+  // rows of bf16 a 16 KB stage).
+  size_t wide = 0;
+  for (const schedule::Instruction& inst : plan.schedule.instructions)
+    if (inst.opcode == static_cast<uint16_t>(schedule::Opcode::matvec))
+      wide += schedule::payload_as<schedule::MatvecPayload>(inst).cols == 13000;
+  REQUIRE(wide > 0);
+  for (const auto& [pos, max_context] : {std::pair{5u, 16u}, std::pair{1100u, 1200u}}) compare_ops(model, pos, max_context);
   TempDir dir("wide_mlp");
-  std::ifstream in(kRoot + "/examples/tiny-llama.yaml");
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string yaml = text.str();
-  const size_t at = yaml.find("inter: 512");
-  REQUIRE(at != std::string::npos);
-  yaml.replace(at, 10, "inter: 13000");
-  const std::string path = (dir.path / "wide-mlp.yaml").string();
-  std::ofstream(path) << yaml;
-  const int sms = device::cuda_device_sm_count();
-  const dsl::ModelGraph model = dsl::parse_file(path);
-  const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
-  for (const auto& [pos, max_context] : {std::pair{5u, 16u}, std::pair{1100u, 1200u}}) compare_ops(path, pos, max_context);
   device::write_random_checkpoint(plan.schedule, dir.path, 99);
   const device::Checkpoint ckpt = device::Checkpoint::open(dir.path);
   const Agreement a = gpu_agrees(model, plan.schedule, ckpt, 20, 12, 5);
   MESSAGE("wide-mlp (", a.steps, " steps): same greedy tokens as the emulator; worst logit error vs emulator ", a.worst_emu,
           ", vs reference ", a.worst_ref);
   // Two and three ring stages: every stage reused many times within a row group's blocks.
-  for (const uint32_t pos : {5u, 900u}) check_ring_stages(path, pos);
+  for (const uint32_t pos : {5u, 900u}) check_ring_stages(model, pos);
 }
 
 TEST_CASE("whole steps with the weight ring cut to 2 and 3 stages (mkbench --stages) match the emulator") {
@@ -496,7 +500,7 @@ TEST_CASE("whole steps with the weight ring cut to 2 and 3 stages (mkbench --sta
   // the two or three stages, each stage's warps taking every second or third and sharing its
   // blocks, and tiny-qwen3's two (one per stage, its blocks shared by five warps).
   for (const char* example : {"tiny-llama.yaml", "tiny-qwen3.yaml"})
-    for (const uint32_t pos : {5u, 900u}) check_ring_stages(kRoot + "/examples/" + example, pos);
+    for (const uint32_t pos : {5u, 900u}) check_ring_stages(dsl::parse_file(kRoot + "/examples/" + example), pos);
   device::ExecutorOptions one;
   one.ring_stages = 1;
   const planner::Plan plan = plan_tiny_llama();
