@@ -371,6 +371,19 @@ __global__ void fill_random_kernel(void* data, uint64_t n, bool bf16, uint32_t s
   }
 }
 
+// The op's gpu_prepare into the instruction's payload past the op's struct (the device copy).
+void prepare_instruction(schedule::Instruction& inst) {
+  switch (static_cast<schedule::Opcode>(inst.opcode)) {
+#define MK_OP(name, code, P)                                                              \
+  case schedule::Opcode::name:                                                            \
+    gpu_prepare(schedule::payload_as<schedule::P>(inst), inst.payload + sizeof(schedule::P)); \
+    break;
+#include "schedules/op_table.def"
+#undef MK_OP
+    default: break;
+  }
+}
+
 uint32_t instruction_shared_bytes(const schedule::Instruction& inst) {
   switch (static_cast<schedule::Opcode>(inst.opcode)) {
 #define MK_OP(name, code, payload) \
@@ -615,6 +628,7 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   Queues& queues = st_->queues;
   queues = device_queues(s, opt.tagged_handoff ? st_->layouts : std::vector<uint8_t>(s.tensors.size(), 0));
   for (schedule::Instruction& inst : queues.instructions) {  // each body's tagged_field bits (handoff.cuh)
+    prepare_instruction(inst);
     uint32_t k = 0, bits = 0;
     for_each_activation(inst, [&](uint32_t t, bool, Tagging) {
       if (t < st_->layouts.size() && st_->layouts[t]) bits |= 1u << k;

@@ -181,6 +181,11 @@ __device__ __forceinline__ void prefetch_lines(const void* p, uint64_t bytes, ui
     asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(static_cast<const char*>(p) + off));
 }
 
+// Host: what an op works out once per instruction for its device copy, into the payload's
+// bytes past its struct (the matvec's tile geometry). Ops that need nothing get this one.
+template <class Payload>
+inline void gpu_prepare(const Payload&, unsigned char*) {}
+
 // Scratch shared memory of ops that declare none: a few reduction slots.
 template <class Payload>
 inline uint32_t gpu_shared_bytes(const Payload&) {

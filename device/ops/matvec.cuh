@@ -1,4 +1,8 @@
 #pragma once
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
 #include "device/bf16.hpp"
 #include "device/cuda/block.cuh"
 #include "device/cuda/handoff.cuh"
@@ -22,6 +26,54 @@ void gpu_activations(const schedule::MatvecPayload& p, F&& f) {
   f(p.in, false, Tagging::always);  // load_input
   f(p.residual, false, Tagging::either);  // tagged_field(1)
   f(p.out, true, Tagging::either);  // tagged_field(2)
+}
+
+// The tile geometry's integer divisions (by the columns, the block, the rows a tile) cost a
+// task ~0.45 us wherever they ran in its body (bench/NOTES.md 54-55); in gpu_prefetch they ran
+// beside the counter wait, which the tagged hand-offs shortened to ~0.1 us. The executor works
+// them out once per instruction on the host (gpu_prepare) into the payload's spare bytes of its
+// device copy, where the producer and the body read them.
+struct MatvecGeometry {
+  uint32_t tiles[3];  // per weight segment (MatvecTiles::Segment)
+  uint16_t block, blocks, per;
+};
+static_assert(sizeof(schedule::MatvecPayload) % 4 == 0 &&
+                  sizeof(schedule::MatvecPayload) + sizeof(MatvecGeometry) <= schedule::kPayloadBytes,
+              "the geometry fits the payload's spare bytes");
+
+// Segment i of the task's rows: its first row `a` (into the task's weight rows), `n` rows;
+// `first` walks the concatenation's row ends (silu_mul: gate and up over the same rows).
+struct MatvecSegment {
+  uint32_t a, n, end;
+};
+__host__ __device__ inline MatvecSegment matvec_segment(const schedule::MatvecPayload& p, uint32_t i, uint32_t first) {
+  const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
+  const uint32_t end = silu ? p.row_end : i < p.weight_count ? p.weight_row_end[i] : first;
+  const uint32_t a = silu ? p.row_begin : (first > p.row_begin ? first : p.row_begin);
+  const uint32_t b = silu ? (i < 2 ? p.row_end : a) : (end < p.row_end ? end : p.row_end);
+  return {a, a < b ? b - a : 0, end};
+}
+
+// Host: the geometry into `spare` (the payload's bytes past MatvecPayload).
+inline void gpu_prepare(const schedule::MatvecPayload& p, unsigned char* spare) {
+  constexpr uint32_t kMaxBlock = kStageBytes / 8;  // columns of a cut row's block: four rows per tile
+  const uint32_t cut = p.cols * 2 * 2 <= kStageBytes ? 1 : (p.cols + kMaxBlock - 1) / kMaxBlock;
+  const uint32_t block = (p.cols / cut + 7) / 8 * 8;  // near-equal blocks, whole 16-byte chunks
+  const uint32_t blocks = (p.cols + block - 1) / block, per = kStageBytes / (block * 2);
+  if (blocks > 0xffff || block > 0xffff || per == 0)
+    throw std::runtime_error("a matvec of " + std::to_string(p.cols) + " columns is wider than the CUDA interpreter's tiles");
+  MatvecGeometry g{{0, 0, 0}, static_cast<uint16_t>(block), static_cast<uint16_t>(blocks), static_cast<uint16_t>(per)};
+  const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
+  for (uint32_t i = 0, first = 0; i < 3; ++i) {
+    const MatvecSegment seg = matvec_segment(p, i, first);
+    g.tiles[i] = (seg.n + per - 1) / per * blocks;
+    if (!silu) first = seg.end;
+  }
+  std::memcpy(spare, &g, sizeof g);
+}
+
+__device__ inline const MatvecGeometry& matvec_geometry(const schedule::MatvecPayload& p) {
+  return *reinterpret_cast<const MatvecGeometry*>(reinterpret_cast<const unsigned char*>(&p) + sizeof p);
 }
 
 // The task's weights as ring tiles, in order: each weight segment's rows, whole rows per tile
@@ -65,28 +117,25 @@ struct MatvecTiles {
   }
 };
 
-// The weights do not depend on the step.
+// The weights do not depend on the step. No division: the geometry is the executor's.
 __device__ inline MatvecTiles matvec_tiles(const schedule::MatvecPayload& p, const TensorTable& mem) {
+  const MatvecGeometry& g = matvec_geometry(p);
   MatvecTiles t;
   t.cols = p.cols;
-  constexpr uint32_t kMaxBlock = kStageBytes / 8;  // columns of a cut row's block: four rows per tile
-  const uint32_t cut = p.cols * 2 * 2 <= kStageBytes ? 1 : (p.cols + kMaxBlock - 1) / kMaxBlock;
-  t.block = (p.cols / cut + 7) / 8 * 8;  // near-equal blocks, whole 16-byte chunks
-  t.blocks = (p.cols + t.block - 1) / t.block;
-  t.per = kStageBytes / (t.block * 2);
+  t.block = g.block;
+  t.blocks = g.blocks;
+  t.per = g.per;
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
   const uint32_t rows = p.row_end - p.row_begin;
   uint32_t first = 0;
 #pragma unroll
   for (uint32_t i = 0; i < 3; ++i) {
-    const uint32_t end = silu ? p.row_end : i < p.weight_count ? p.weight_row_end[i] : first;
-    const uint32_t a = silu ? p.row_begin : max(first, p.row_begin), b = silu ? (i < 2 ? p.row_end : a) : min(end, p.row_end);
-    const uint32_t n = a < b ? b - a : 0;
-    t.seg[i].weight = n ? mem.at<const uint16_t>(p.weight[i]) + uint64_t{silu ? a : a - first} * p.cols : nullptr;
-    t.seg[i].rows = n;
-    t.seg[i].acc_row = silu ? i * rows : a - p.row_begin;
-    t.seg[i].tiles = (n + t.per - 1) / t.per * t.blocks;
-    if (!silu) first = end;
+    const MatvecSegment seg = matvec_segment(p, i, first);
+    t.seg[i].weight = seg.n ? mem.at<const uint16_t>(p.weight[i]) + uint64_t{silu ? seg.a : seg.a - first} * p.cols : nullptr;
+    t.seg[i].rows = seg.n;
+    t.seg[i].acc_row = silu ? i * rows : seg.a - p.row_begin;
+    t.seg[i].tiles = g.tiles[i];
+    if (!silu) first = seg.end;
   }
   return t;
 }
@@ -96,10 +145,9 @@ __device__ inline MatvecTiles gpu_tiles(const schedule::MatvecPayload& p, const 
 }
 
 namespace detail {
-// The task's tile geometry, computed during its counter wait by the first prefetching thread
-// (gpu_prefetch) and read by the body after the barrier that ends the wait. Its integer
-// divisions by run-time values cost every task ~0.45 us wherever they sat in the body, before
-// the input loads or after them (bench/NOTES.md entries 54-55).
+// The task's tiles (the executor's geometry, the weights' addresses from the tensor table), set
+// during its counter wait by the first prefetching thread (gpu_prefetch) and read by the body
+// after the barrier that ends the wait.
 static __shared__ MatvecTiles task_tiles;
 }  // namespace detail
 
