@@ -1,4 +1,5 @@
 #pragma once
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -7,6 +8,7 @@
 #include "device/cuda/block.cuh"
 #include "device/cuda/handoff.cuh"
 #include "device/cuda/ring.cuh"
+#include "device/magic_divide.hpp"
 #include "device/memory.hpp"
 #include "schedules/ops/matvec.hpp"
 
@@ -33,9 +35,15 @@ void gpu_activations(const schedule::MatvecPayload& p, F&& f) {
 // beside the counter wait, which the tagged hand-offs shortened to ~0.1 us. The executor works
 // them out once per instruction on the host (gpu_prepare) into the payload's spare bytes of its
 // device copy, where the producer and the body read them.
+// A tile's row group j / blocks is magic_divide(j, magic) (a multiply-high where a division is
+// ~20 instructions, worked out by the producer and the consumers for every tile; gpu_prepare
+// checks that it is exact for every tile of the task). block, blocks and per share a word (20 bytes fit
+// the spare ones): block (12 bits; 0 where blocks is 1, whose tiles are whole rows), blocks (12),
+// per (8: at most 255 rows a tile, which only rows shorter than 33 columns would pass).
 struct MatvecGeometry {
   uint32_t tiles[3];  // per weight segment (MatvecTiles::Segment)
-  uint16_t block, blocks, per;
+  uint32_t magic;     // 0 where blocks is 1
+  uint32_t shape;     // block | blocks << 12 | per << 24
 };
 static_assert(sizeof(schedule::MatvecPayload) % 4 == 0 &&
                   sizeof(schedule::MatvecPayload) + sizeof(MatvecGeometry) <= schedule::kPayloadBytes,
@@ -59,15 +67,22 @@ inline void gpu_prepare(const schedule::MatvecPayload& p, unsigned char* spare) 
   constexpr uint32_t kMaxBlock = kStageBytes / 8;  // columns of a cut row's block: four rows per tile
   const uint32_t cut = p.cols * 2 * 2 <= kStageBytes ? 1 : (p.cols + kMaxBlock - 1) / kMaxBlock;
   const uint32_t block = (p.cols / cut + 7) / 8 * 8;  // near-equal blocks, whole 16-byte chunks
-  const uint32_t blocks = (p.cols + block - 1) / block, per = kStageBytes / (block * 2);
-  if (blocks > 0xffff || block > 0xffff || per == 0)
+  const uint32_t blocks = (p.cols + block - 1) / block, per = std::min(kStageBytes / (block * 2), 255u);
+  if (blocks >= 1u << 12 || (blocks > 1 && block >= 1u << 12) || per == 0)
     throw std::runtime_error("a matvec of " + std::to_string(p.cols) + " columns is wider than the CUDA interpreter's tiles");
-  MatvecGeometry g{{0, 0, 0}, static_cast<uint16_t>(block), static_cast<uint16_t>(blocks), static_cast<uint16_t>(per)};
+  MatvecGeometry g{{0, 0, 0}, 0, (blocks > 1 ? block : 0) | blocks << 12 | per << 24};
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
+  uint64_t tiles = 0;
   for (uint32_t i = 0, first = 0; i < 3; ++i) {
     const MatvecSegment seg = matvec_segment(p, i, first);
     g.tiles[i] = (seg.n + per - 1) / per * blocks;
+    tiles += g.tiles[i];
     if (!silu) first = seg.end;
+  }
+  if (blocks > 1) {
+    g.magic = magic_divisor(blocks);
+    if (!magic_divide_exact_below(tiles, blocks))
+      throw std::runtime_error("a matvec task of " + std::to_string(tiles) + " tiles is too large for the CUDA interpreter");
   }
   std::memcpy(spare, &g, sizeof g);
 }
@@ -96,6 +111,7 @@ struct MatvecTiles {
   };
   Segment seg[3];
   uint32_t cols, block, blocks, per;  // columns per tile, tiles per row group, rows per tile
+  uint32_t magic;  // MatvecGeometry's
 
   __device__ uint32_t count() const { return seg[0].tiles + seg[1].tiles + seg[2].tiles; }
 
@@ -109,7 +125,7 @@ struct MatvecTiles {
         s = seg[2];
       }
     }
-    const uint32_t g = blocks == 1 ? j : j / blocks, r = g * per, rows = min(per, s.rows - r);
+    const uint32_t g = blocks == 1 ? j : magic_divide(j, magic), r = g * per, rows = min(per, s.rows - r);
     const uint16_t* src = s.weight + uint64_t{r} * cols;
     if (blocks == 1) return WeightTile{src, cols * 2, s.acc_row + r, rows, 0, cols, nullptr, 0, rows, cols};  // a copy per row
     const uint32_t c = (j - g * blocks) * block, n = min(block, cols - c);
@@ -122,9 +138,10 @@ __device__ inline MatvecTiles matvec_tiles(const schedule::MatvecPayload& p, con
   const MatvecGeometry& g = matvec_geometry(p);
   MatvecTiles t;
   t.cols = p.cols;
-  t.block = g.block;
-  t.blocks = g.blocks;
-  t.per = g.per;
+  t.block = g.shape & 0xfff;
+  t.blocks = g.shape >> 12 & 0xfff;
+  t.per = g.shape >> 24;
+  t.magic = g.magic;
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
   const uint32_t rows = p.row_end - p.row_begin;
   uint32_t first = 0;
