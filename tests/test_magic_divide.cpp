@@ -32,7 +32,7 @@ TEST_CASE("magic division equals integer division wherever j * d < 2^32") {
     check(jmax, static_cast<uint32_t>(d), m);
   }
   CHECK(checked > 40000);
-  // Past the bound it can be wrong: the bound is not vacuous. d = 3: m = 0x55555556 = (2^32 + 2) / 3,
-  // and j = 2^32 - 2 (6 * 2^32 > j * d) comes out one too large.
+  // Past the bound it can be wrong, so the bound matters: d = 3, m = 0x55555556 = (2^32 + 2) / 3,
+  // and j = 2^32 - 2 (j * d far past 2^32) comes out one too large.
   CHECK(magic_divide(0xfffffffeu, magic_divisor(3)) == 0xfffffffeu / 3 + 1);
 }

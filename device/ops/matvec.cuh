@@ -35,11 +35,12 @@ void gpu_activations(const schedule::MatvecPayload& p, F&& f) {
 // beside the counter wait, which the tagged hand-offs shortened to ~0.1 us. The executor works
 // them out once per instruction on the host (gpu_prepare) into the payload's spare bytes of its
 // device copy, where the producer and the body read them.
-// A tile's row group j / blocks is magic_divide(j, magic) (a multiply-high where a division is
-// ~20 instructions, worked out by the producer and the consumers for every tile; gpu_prepare
-// checks that it is exact for every tile of the task). block, blocks and per share a word (20 bytes fit
-// the spare ones): block (12 bits; 0 where blocks is 1, whose tiles are whole rows), blocks (12),
-// per (8: at most 255 rows a tile, which only rows shorter than 33 columns would pass).
+// A tile's row group j / blocks is magic_divide(j, magic): a multiply-high where a division is
+// ~20 instructions, for every tile, in the producer and the consumers (bench/NOTES.md 113-114);
+// gpu_prepare checks that it is exact for every tile of the task. block, blocks and per share a
+// word, so that the geometry fits the 20 spare bytes: block (12 bits; 0 where blocks is 1, whose
+// tiles are whole rows), blocks (12) and per (8: at most 255 rows a tile, which only rows of
+// fewer than 33 columns would exceed).
 struct MatvecGeometry {
   uint32_t tiles[3];  // per weight segment (MatvecTiles::Segment)
   uint32_t magic;     // 0 where blocks is 1
