@@ -55,7 +55,7 @@ static_assert(sizeof(schedule::MatvecPayload) % 4 == 0 &&
 struct MatvecSegment {
   uint32_t a, n, end;
 };
-__host__ __device__ inline MatvecSegment matvec_segment(const schedule::MatvecPayload& p, uint32_t i, uint32_t first) {
+MK_HD inline MatvecSegment matvec_segment(const schedule::MatvecPayload& p, uint32_t i, uint32_t first) {
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
   const uint32_t end = silu ? p.row_end : i < p.weight_count ? p.weight_row_end[i] : first;
   const uint32_t a = silu ? p.row_begin : (first > p.row_begin ? first : p.row_begin);
@@ -63,13 +63,17 @@ __host__ __device__ inline MatvecSegment matvec_segment(const schedule::MatvecPa
   return {a, a < b ? b - a : 0, end};
 }
 
-// Host: the geometry into `spare` (the payload's bytes past MatvecPayload).
+// Host: the geometry into `spare` (the payload's bytes past MatvecPayload). A cut row's block is
+// at most kMaxBlock columns and a tile holds at least one row, so block and per fit their fields
+// by construction; blocks and the multiply-high's range are bounded by the scratch (the whole
+// input and the task's accumulators in shared memory, which the executor checks first: some 58000
+// columns and 29000 rows), far inside both, and checked here all the same, in case that changes.
 inline void gpu_prepare(const schedule::MatvecPayload& p, unsigned char* spare) {
   constexpr uint32_t kMaxBlock = kStageBytes / 8;  // columns of a cut row's block: four rows per tile
   const uint32_t cut = p.cols * 2 * 2 <= kStageBytes ? 1 : (p.cols + kMaxBlock - 1) / kMaxBlock;
   const uint32_t block = (p.cols / cut + 7) / 8 * 8;  // near-equal blocks, whole 16-byte chunks
   const uint32_t blocks = (p.cols + block - 1) / block, per = std::min(kStageBytes / (block * 2), 255u);
-  if (blocks >= 1u << 12 || (blocks > 1 && block >= 1u << 12) || per == 0)
+  if (blocks >= 1u << 12)
     throw std::runtime_error("a matvec of " + std::to_string(p.cols) + " columns is wider than the CUDA interpreter's tiles");
   MatvecGeometry g{{0, 0, 0}, 0, (blocks > 1 ? block : 0) | blocks << 12 | per << 24};
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
