@@ -220,8 +220,7 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring, const vo
   auto warps_left = [&] { return ++polls % kAbortCheck == 0 && *gone != 0; };
   uint32_t fenced = 0;  // the last step whose earlier steps' data the copies may read
   auto stream = [&](const auto& tiles, uint32_t step) {
-    const uint32_t n = tiles.count();
-    if (n && reads_earlier_steps(tiles) && fenced < step) {
+    if (reads_earlier_steps(tiles) && fenced < step && tiles.count()) {
       while (*step_open < step)
         if (warps_left()) return false;
       // The compute warps saw the other SMs' writes (ordinary stores) before they opened the
@@ -231,8 +230,7 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring, const vo
       asm volatile("fence.proxy.async.global;" ::: "memory");
       fenced = step;
     }
-    for (uint32_t j = 0; j < n; ++j) {
-      const WeightTile t = tiles.at(j);
+    return walk_tiles(tiles, [&](const WeightTile& t) {
       while (ring.paused())
         if (warps_left()) return false;
       if (!first_round)
@@ -244,8 +242,8 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring, const vo
         bulk_copy(dst + k * t.bytes, t.src + uint64_t{k} * t.stride, t.bytes, ring.full + stage, policy);
       if (t.src2) bulk_copy(dst + t.offset2, t.src2, t.bytes, ring.full + stage, policy);
       if (++stage == ring.count) stage = 0, parity ^= 1, first_round = false;
-    }
-    return true;
+      return true;
+    });
   };
   for (uint32_t s = 0; s < p.steps; ++s) {
     for (uint32_t i = begin; i < end; ++i) {

@@ -164,6 +164,25 @@ __device__ NoTiles gpu_tiles(const Payload&, const schedule::StepContext&, const
   return {};
 }
 
+// The producer walks an instruction's tiles in order: f(tile) for each, until f returns false
+// (then walk_tiles does too). Its work per tile lies on the stream's path (bench/NOTES.md
+// 113-114: a division per tile cost 7-10 ns of the step a tile), so tiles that can step from
+// one to the next more cheaply than at(j) finds tile j (no division, no search) define
+// `walk(f)` with the same contract; the others are walked by index. The matvec does (the 8B
+// -16 us a step); the attention does not: its walk made the producer faster and the step slower
+// (Qwen3-4B +21 us at 8K, +35 at 32K: the set-up's loads behind more copies in flight; NOTES 115).
+template <class Tiles, class F>
+__device__ __forceinline__ bool walk_tiles(const Tiles& tiles, F&& f) {
+  if constexpr (requires { tiles.walk(f); }) {
+    return tiles.walk(f);
+  } else {
+    const uint32_t n = tiles.count();
+    for (uint32_t j = 0; j < n; ++j)
+      if (!f(tiles.at(j))) return false;
+    return true;
+  }
+}
+
 // Weights an op body reads itself rather than through the ring (norm weights, biases) do not
 // depend on the step either: while warp 0 waits for the instruction's counters, the other
 // compute warps ask L2 for them (gpu_prefetch(payload, pos, mem, thread, threads) with `threads`

@@ -120,6 +120,26 @@ struct MatvecTiles {
 
   __device__ uint32_t count() const { return seg[0].tiles + seg[1].tiles + seg[2].tiles; }
 
+  // The producer's walk (walk_tiles): at's tiles in at's order, each segment's row groups in
+  // turn and each group's column blocks (one block of `cols` where blocks is 1), by adding.
+  template <class F>
+  __device__ bool walk(F&& f) const {
+#pragma unroll 1
+    for (uint32_t i = 0; i < 3; ++i) {
+      const Segment s = i == 0 ? seg[0] : i == 1 ? seg[1] : seg[2];  // selects: seg stays in registers
+      const uint32_t step = blocks == 1 ? cols : block;
+      const uint16_t* src = s.weight;
+      for (uint32_t r = 0; r < s.rows; r += per, src += per * cols) {
+        const uint32_t rows = min(per, s.rows - r);
+        for (uint32_t c = 0; c < cols; c += step) {
+          const uint32_t n = min(step, cols - c);
+          if (!f(WeightTile{src + c, n * 2, s.acc_row + r, rows, c, n, nullptr, 0, rows, cols})) return false;
+        }
+      }
+    }
+    return true;
+  }
+
   __device__ WeightTile at(uint32_t j) const {
     Segment s = seg[0];
     if (j >= seg[0].tiles) {
