@@ -2,7 +2,7 @@
 # Nsight Compute on one decode step (default Llama-3.2-1B at context 512; MODEL=qwen3-4b
 # CONTEXT=8192 for another): where the interpreter's time goes (memory traffic, local-memory
 # spills, warp stalls by source line). Usage on the GPU machine: scripts/gpu_profile.sh [BIN]
-# [LOG]; writes LOG/ncu-*.txt and LOG/profile.ncu-rep.
+# [LOG]; writes LOG/ncu-*.txt (ncu-hotspots.txt: the samples by function) and LOG/profile.ncu-rep.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-out/gpu-bin}
@@ -29,7 +29,13 @@ if command -v cuobjdump >/dev/null && command -v readelf >/dev/null; then
   elf=$(mktemp -d) bin=$(cd "$BIN" && pwd)
   (cd "$elf" && cuobjdump -xelf all "$bin/mkbench" >/dev/null)
   cuobjdump -sass "$BIN/mkbench" > "$elf/all.sass"
-  scripts/sass_slice.py "$(ls "$elf"/*.cubin | head -1)" "$elf/all.sass" attention_body > "$LOG/attention_body.sass"
-  echo "attention body SASS: $(grep -c ';' "$LOG/attention_body.sass") instructions in $LOG/attention_body.sass"
+  for body in attention_body matvec_body; do
+    scripts/sass_slice.py "$(ls "$elf"/*.cubin | head -1)" "$elf/all.sass" $body > "$LOG/$body.sass"
+    echo "$body SASS: $(grep -c ';' "$LOG/$body.sass") instructions in $LOG/$body.sass"
+  done
   rm -rf "$elf"
+  # The samples by function (the op bodies out of line, the rest the kernel's: its loop and the
+  # producer warp) and each one's hottest instructions.
+  scripts/ncu_hotspots.py "$LOG/ncu-source.csv" attention_body="$LOG/attention_body.sass" \
+    matvec_body="$LOG/matvec_body.sass" > "$LOG/ncu-hotspots.txt" && head -40 "$LOG/ncu-hotspots.txt"
 fi
