@@ -20,7 +20,7 @@ import sys
 OFFSET = re.compile(r"/\*([0-9a-f]{4,})\*/")
 
 
-def function_range(path):
+def slice_range(path):
     """The first and last instruction offsets of a SASS slice."""
     offsets = [int(m.group(1), 16) for line in open(path) if (m := OFFSET.search(line))]
     if not offsets:
@@ -54,27 +54,27 @@ def main():
         name, _, path = spec.partition("=")
         if not path:
             sys.exit(f"{spec}: expected NAME=SASS_SLICE")
-        ranges.append((name, *function_range(path)))
+        ranges.append((name, *slice_range(path)))
     base = int(rows[0][col["Address"]], 16)
 
     def number(r, i):
         return int(r[i]) if r[i] not in ("", "-") else 0
 
+    sampled = col["Warp Stall Sampling (All Samples)"]
     groups = {}
     for r in rows:
         off = int(r[col["Address"]], 16) - base
         name = next((n for n, lo, hi in ranges if lo <= off <= hi), "kernel")
         groups.setdefault(name, []).append((off, r))
-    total = sum(number(r, col["Warp Stall Sampling (All Samples)"]) for r in rows) or 1
+    samples = {name: sum(number(r, sampled) for _, r in members) for name, members in groups.items()}
+    total = sum(samples.values()) or 1
     print(f"{total} warp samples in all")
-    for name, members in sorted(groups.items(), key=lambda g: -sum(number(r, col["Warp Stall Sampling (All Samples)"]) for _, r in g[1])):
-        samples = sum(number(r, col["Warp Stall Sampling (All Samples)"]) for _, r in members)
+    for name, members in sorted(groups.items(), key=lambda g: -samples[g[0]]):
         reasons = sorted(((s, sum(number(r, i) for _, r in members)) for s, i in stalls), key=lambda x: -x[1])[:5]
-        print(f"\n{name}: {samples} samples, {100 * samples / total:.1f} % of all; stalls: " +
-              ", ".join(f"{s} {100 * n / max(samples, 1):.0f} %" for s, n in reasons))
-        hot = sorted(members, key=lambda m: -number(m[1], col["Warp Stall Sampling (All Samples)"]))[:args.top]
-        for off, r in hot:
-            n = number(r, col["Warp Stall Sampling (All Samples)"])
+        print(f"\n{name}: {samples[name]} samples, {100 * samples[name] / total:.1f} % of all; stalls: " +
+              ", ".join(f"{s} {100 * n / max(samples[name], 1):.0f} %" for s, n in reasons))
+        for off, r in sorted(members, key=lambda m: -number(m[1], sampled))[:args.top]:
+            n = number(r, sampled)
             why = max(stalls, key=lambda s: number(r, s[1]))[0]
             print(f"  {off:6x} {100 * n / total:5.1f} %  executed {number(r, col['Instructions Executed']):>10}  "
                   f"{why:<16} {r[col['Source']].strip()[:70]}")

@@ -103,10 +103,10 @@ __device__ inline const MatvecGeometry& matvec_geometry(const schedule::MatvecPa
 // SM's own loads and signals queue behind its copies in flight, and shorter copies let them
 // through sooner (one 16 KB copy per tile instead: Llama-3.1-8B +50 us, Qwen3-4B +27, entry 64).
 // A segment is (weight, its first row, rows, accumulator row); accumulator rows are output row -
-// row_begin, plus `rows` for silu_mul's up projection. Tiles are addressed by index
+// row_begin, plus `rows` for silu_mul's up projection. The consumers address tiles by index
 // so that a warp can go straight to its own (a generator walked by every warp cost a division
 // and spills per tile), from a description built once per instruction (rebuilt per tile, its
-// loads slowed the producer).
+// loads slowed the producer); the producer, which takes every tile in turn, walks them (walk).
 // Segments sit at the index of their weight (silu_mul: gate 0, up 1), empty ones with no
 // tiles, and are only ever indexed by constants: a run-time index would put them in local memory.
 struct MatvecTiles {
@@ -131,10 +131,8 @@ struct MatvecTiles {
       const uint16_t* src = s.weight;
       for (uint32_t r = 0; r < s.rows; r += per, src += per * cols) {
         const uint32_t rows = min(per, s.rows - r);
-        for (uint32_t c = 0; c < cols; c += step) {
-          const uint32_t n = min(step, cols - c);
-          if (!f(WeightTile{src + c, n * 2, s.acc_row + r, rows, c, n, nullptr, 0, rows, cols})) return false;
-        }
+        for (uint32_t c = 0; c < cols; c += step)
+          if (!f(tile(s, src, r, rows, c, min(step, cols - c)))) return false;
       }
     }
     return true;
@@ -152,8 +150,15 @@ struct MatvecTiles {
     }
     const uint32_t g = blocks == 1 ? j : magic_divide(j, magic), r = g * per, rows = min(per, s.rows - r);
     const uint16_t* src = s.weight + uint64_t{r} * cols;
-    if (blocks == 1) return WeightTile{src, cols * 2, s.acc_row + r, rows, 0, cols, nullptr, 0, rows, cols};  // a copy per row
-    const uint32_t c = (j - g * blocks) * block, n = min(block, cols - c);
+    if (blocks == 1) return tile(s, src, r, rows, 0, cols);  // a copy per row
+    const uint32_t c = (j - g * blocks) * block;
+    return tile(s, src, r, rows, c, min(block, cols - c));
+  }
+
+  // Columns c to c + n of the `rows` rows of segment s from row r (src: the weight at row r), as
+  // at and walk give them: a copy per row (piece) of n columns.
+  __device__ __forceinline__ WeightTile tile(const Segment& s, const uint16_t* src, uint32_t r, uint32_t rows, uint32_t c,
+                                             uint32_t n) const {
     return WeightTile{src + c, n * 2, s.acc_row + r, rows, c, n, nullptr, 0, rows, cols};
   }
 };
