@@ -81,6 +81,10 @@ __device__ __forceinline__ void store_tagged(float* p, float value, uint32_t bit
   asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(u));
 }
 
+// A tagged value with its step bit cleared: what was stored, to 2^-23 relative, and exactly where
+// that matters: a zero is zero again, and an infinity (a NaN once tagged with bit 1) infinite.
+__device__ __forceinline__ float untagged(float v) { return __uint_as_float(__float_as_uint(v) & ~1u); }
+
 __device__ __forceinline__ bool fresh(float v) { return (__float_as_uint(v) & 1u) == detail::handoff.bit; }
 // Bit 0 set where any of the four values does not carry `bit` (this step's): no branch.
 __device__ __forceinline__ uint32_t stale_bits(float4 v, uint32_t bit) {

@@ -694,6 +694,9 @@ bool CudaExecutor::tagged(uint32_t tensor) const { return st_->layouts.at(tensor
 uint32_t CudaExecutor::device_waits(uint32_t instruction, bool short_step) const {
   return schedule::wait_range(st_->queues.instructions.at(instruction), short_step).count;
 }
+uint32_t CudaExecutor::device_signals(uint32_t instruction, bool short_step) const {
+  return schedule::signal_range(st_->queues.instructions.at(instruction), short_step).count;
+}
 uint32_t CudaExecutor::relaxed_signals(uint32_t instruction, bool short_step) const {
   const schedule::ListRange r = schedule::signal_range(st_->queues.instructions.at(instruction), short_step);
   const auto list = std::span(st_->queues.signals).subspan(r.begin, r.count);

@@ -89,7 +89,7 @@ static_assert(schedule::kMaxGroup + 2 <= kWarps, "the set-up has a warp per q he
 template <class F>
 void gpu_activations(const schedule::AttentionPayload& p, F&& f) {
   f(p.qkv, false, Tagging::either);  // tagged_field(0)
-  f(p.out, true, Tagging::never);
+  f(p.out, true, Tagging::either);  // tagged_field(1): every split's rows written at every step
   f(p.reduce_out, true, Tagging::either);  // tagged_field(2)
 }
 
@@ -241,6 +241,12 @@ struct WarpAttention {
   }
 };
 
+// One value of the attention's partials, tagged with the step where the executor tags them.
+__device__ __forceinline__ void store_partial(float* p, float v) {
+  if (tagged_field(1)) store_tagged(p, v, handoff.bit);
+  else *p = v;
+}
+
 // The instruction's trace record while tracing (else null), set by gpu_run, so that the body can
 // mark its phases without another argument: the end of a unit's set-up, and warp 0 done with its
 // tiles (the trace's phases: set-up, tiles, merge and signal; the last active unit's).
@@ -256,7 +262,10 @@ static __shared__ uint64_t* attention_trace;
 // the split's tiles, each taken by the warps that own its ring stage (as the matvec's are), which
 // deal its 16-position blocks, each warp keeping its own softmax state; then the warps' states
 // merged in shared memory with the current position (last active split only), and the partial
-// written (at a short step with reduce_out, the normalised output instead).
+// written (at a short step with reduce_out, the normalised output as well). An inactive unit
+// writes its partial's rows as zeros: every row is written at every step, as a tagged tensor must
+// be (handoff.cuh), so that attn_reduce can poll the partials instead of waiting for a counter
+// whose release waits for this SM's copies in flight.
 __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload& p, schedule::StepContext ctx,
                                                 TensorTable mem, unsigned char* scratch, WeightRing ring) {
 
@@ -285,7 +294,11 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
 
   for (uint32_t unit = p.unit_begin; unit < p.unit_end; ++unit) {
     const uint32_t g = unit / S, s = unit % S;
-    if (s >= A) continue;  // an inactive split: no tiles, nothing written
+    float* part = out + (uint64_t{g} * S + s) * rep * (hd + 2);  // the split's partial: rows of hd + 2 per head
+    if (s >= A) {  // an inactive split: no tiles; its rows zero (a tagged tensor is written at every step)
+      for (uint32_t i = tid; i < rep * (hd + 2); i += kThreads) store_partial(part + i, 0.0f);
+      continue;
+    }
     const bool last = s == A - 1;
     block_sync();  // the scratch may still be read by the previous unit's merge
     // The set-up, a warp per vector with no block barrier inside: warp r < rep loads q head r,
@@ -403,20 +416,21 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
       if (lane == 0) head_max[warp] = M, head_sum[warp] = sum;
     }
     block_sync();
-    // The partial: rows of hd + 2 per head, (output, max, sum), the max in the natural log; at a
-    // short step with reduce_out, rows of hd: the output normalised (decided here, not held in a
-    // register through the tiles: that made the kernel and the matvec body spill).
-    const bool reduce = schedule::short_step(ctx) && p.reduce_out != schedule::kNone;
-    float* part = reduce ? mem.at<float>(p.reduce_out) + uint64_t{g} * rep * hd : out + (uint64_t{g} * S + s) * rep * (hd + 2);
-    const uint32_t row = reduce ? hd : hd + 2;
+    // At a short step with reduce_out, the output normalised there first, rows of hd (decided
+    // here, not held in a register through the tiles: that made the kernel and the matvec body
+    // spill); then the partial, rows of hd + 2 per head: (output, max, sum), the max in the
+    // natural log, written at every step (attn_reduce polls it where it is tagged).
+    float* reduced = schedule::short_step(ctx) && p.reduce_out != schedule::kNone
+                         ? mem.at<float>(p.reduce_out) + uint64_t{g} * rep * hd : nullptr;
     for (uint32_t i = tid; i < rep * hd; i += kThreads) {
       const uint32_t r = i / hd, e = i % hd;
       float acc = last ? wm[W * rep + r] * bf16_to_f32(vcur16[e]) : 0.0f;
       for (uint32_t w = 0; w < W; ++w) acc = fmaf(wm[w * rep + r], wo[(w * rep + r) * hd + e], acc);
-      if (!reduce) part[r * row + e] = acc;
-      else if (tagged_field(2)) store_tagged(part + i, acc / head_sum[r], detail::handoff.bit);  // reduce_out tagged (handoff.cuh)
-      else part[i] = acc / head_sum[r];
-      if (e == 0 && !reduce) part[r * row + hd] = head_max[r] * 0.6931471805599453f, part[r * row + hd + 1] = head_sum[r];
+      if (reduced && tagged_field(2)) store_tagged(reduced + i, acc / head_sum[r], detail::handoff.bit);  // handoff.cuh
+      else if (reduced) reduced[i] = acc / head_sum[r];
+      float* row = part + r * (hd + 2);
+      store_partial(row + e, acc);
+      if (e == 0) store_partial(row + hd, head_max[r] * 0.6931471805599453f), store_partial(row + hd + 1, head_sum[r]);
     }
   }
   return tile;

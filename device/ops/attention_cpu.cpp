@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -44,7 +45,11 @@ void cpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& c
 
   for (uint32_t unit = p.unit_begin; unit < p.unit_end; ++unit) {
     const uint32_t g = unit / S, s = unit % S;
-    if (s >= A) continue;  // an inactive split: nothing to attend to, nothing written
+    float* part = out + (uint64_t{g} * S + s) * rep * (hd + 2);  // rows of hd + 2 per head
+    if (s >= A) {  // an inactive split: nothing to attend to; its partial's rows zero
+      std::fill(part, part + rep * (hd + 2), 0.0f);
+      continue;
+    }
     const bool last = s == A - 1;
     // The current position's k and v, stored in bf16 like every cached position.
     std::vector<float> k(qkv + (p.heads + g) * hd, qkv + (p.heads + g + 1) * hd);
@@ -86,11 +91,9 @@ void cpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& c
         visit(key.data(), val.data());
       }
       if (last) visit(k.data(), v.data());
-      if (reduced) {  // the only split: attn_reduce's output, normalised
+      if (reduced)  // the only split: attn_reduce's output, normalised (and the partial, as at every step)
         for (uint32_t i = 0; i < hd; ++i) reduced[uint64_t{h} * hd + i] = acc[i] / l;
-        continue;
-      }
-      float* o = out + ((uint64_t{g} * S + s) * rep + r) * (hd + 2);
+      float* o = part + r * (hd + 2);
       for (uint32_t i = 0; i < hd; ++i) o[i] = acc[i];
       o[hd] = m;
       o[hd + 1] = l;

@@ -11,16 +11,18 @@ namespace mk::device {
 // CUDA body takes it tagged (handoff.cuh); the k-th call is its tagged_field(k).
 template <class F>
 void gpu_activations(const schedule::AttnReducePayload& p, F&& f) {
-  f(p.in, false, Tagging::never);
+  f(p.in, false, Tagging::either);  // tagged_field(0): the partials, polled
   f(p.out, true, Tagging::either);  // tagged_field(1)
 }
 
-__device__ inline void gpu_run(const schedule::AttnReducePayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
-                               BlockContext&) {
-  if (p.bypassed && schedule::short_step(ctx)) return;  // the attention wrote the output
+namespace detail {
+// Out of line, as the attention's and the matvec's bodies are, so that its poll takes no part
+// in the kernel loop's register allocation (inlined, a variant of it made the loop spill 12
+// bytes instead of 8; bench/NOTES.md 117).
+__device__ __noinline__ void attn_reduce_body(const schedule::AttnReducePayload& p, schedule::StepContext ctx, TensorTable mem) {
   const float* in = mem.at<const float>(p.in);
   float* out = mem.at<float>(p.out);
-  const bool tagged = tagged_field(1);  // handoff.cuh
+  const bool polled = tagged_field(0), tagged = tagged_field(1);
   const uint32_t bit = detail::handoff.bit;
   const uint32_t hd = p.head_dim, S = p.kv_splits, A = schedule::active_kv_splits(ctx, S);
   for (uint32_t i = threadIdx.x; i < (p.head_end - p.head_begin) * hd; i += kThreads) {
@@ -32,25 +34,47 @@ __device__ inline void gpu_run(const schedule::AttnReducePayload& p, const sched
     // reading split A - 1 again (the max stays, the weight is 0): `#pragma unroll 8` over
     // s < A ran the remainder of a count that is not a multiple of 8 (5 to 7 splits at 257-448
     // positions on Llama-3.1-8B and Qwen3-4B) one dependent load at a time: 1.5-4 % of those
-    // steps (bench/NOTES.md 110).
-    float M = -INFINITY, L = 0, acc = 0;
-    for (uint32_t s0 = 0; s0 < A; s0 += 8) {
+    // steps (bench/NOTES.md 110). Tagged partials (no counter to wait for) are polled: each
+    // value's lowest bit says whether this step wrote it, and the thread loads all of its
+    // values again while any is stale (handoff.cuh).
+    float M, L, acc;
+    uint64_t start = 0;
+    for (uint32_t round = 0;; ++round) {
+      uint32_t stale = 0;
+      M = -INFINITY, L = 0, acc = 0;
+      for (uint32_t s0 = 0; s0 < A; s0 += 8) {
 #pragma unroll
-      for (uint32_t j = 0; j < 8; ++j) M = fmaxf(M, load_activation(first + min(s0 + j, A - 1) * stride + hd));
-    }
-    for (uint32_t s0 = 0; s0 < A; s0 += 8) {
-#pragma unroll
-      for (uint32_t j = 0; j < 8; ++j) {
-        const float* part = first + min(s0 + j, A - 1) * stride;
-        const float m = load_activation(part + hd), l = load_activation(part + hd + 1), a = load_activation(part + e);
-        const float w = s0 + j >= A || l == 0 ? 0.0f : expf(m - M);
-        L += w * l;
-        acc += w * a;
+        for (uint32_t j = 0; j < 8; ++j) {
+          const float m = load_tagged(first + min(s0 + j, A - 1) * stride + hd);
+          stale |= __float_as_uint(m) ^ bit;
+          M = fmaxf(M, untagged(m));
+        }
       }
+      for (uint32_t s0 = 0; s0 < A; s0 += 8) {
+#pragma unroll
+        for (uint32_t j = 0; j < 8; ++j) {
+          const float* part = first + min(s0 + j, A - 1) * stride;
+          // An empty split's max is -inf and its sum 0: exact again once untagged.
+          const float m = untagged(load_tagged(part + hd)), l = load_tagged(part + hd + 1), a = load_tagged(part + e);
+          stale |= (__float_as_uint(l) ^ bit) | (__float_as_uint(a) ^ bit);  // m: checked above
+          const float w = s0 + j >= A || untagged(l) == 0 ? 0.0f : expf(m - M);
+          L += w * l;
+          acc += w * a;
+        }
+      }
+      if (!polled || !(stale & 1u)) break;
+      if (!keep_polling(round, start, p.in, bit ^ 1u)) return;  // the launch aborts (handoff.failed)
     }
     if (tagged) store_tagged(out + uint64_t{h} * hd + e, acc / L, bit);
     else out[uint64_t{h} * hd + e] = acc / L;
   }
+}
+}  // namespace detail
+
+__device__ inline void gpu_run(const schedule::AttnReducePayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
+                               BlockContext&) {
+  if (p.bypassed && schedule::short_step(ctx)) return;  // the attention wrote the output
+  detail::attn_reduce_body(p, ctx, mem);
 }
 
 }  // namespace mk::device

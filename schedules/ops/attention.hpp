@@ -14,15 +14,18 @@ enum class RopeScaling : uint32_t { none = 0, llama3 = 1 };
 
 // GQA decode attention over the KV cache for one token, split along the context.
 // A unit is (kv head g, split s), unit = g * kv_splits + s; a task owns [unit_begin, unit_end).
-// A step uses the first active_kv_splits() splits of each kv head (the others do nothing).
+// A step uses the first active_kv_splits() splits of each kv head (the others attend to nothing).
 // Each active unit: q heads g*rep .. g*rep+rep-1 from qkv (optional per-head RMSNorm, then
 // RoPE), positions of its split of [0, pos) read from the cache; the last active split also
 // handles the current position, whose k (normed, roped) and v it appends to the cache.
 // out layout [kv_heads][kv_splits][rep][head_dim + 2]: the unnormalised output, then the
 // running max m and the sum l of exp(score - m) (log-sum-exp partials for attn_reduce).
-// At a short step, where split 0 is the only one, a task with reduce_out writes that split's
-// normalised output there instead (attn_reduce's output, [heads * head_dim]), and signals for
-// the attn_reduce tasks of its kv head (the planner's short signal lists).
+// Every row is written at every step, an inactive split's as zeros: the CUDA backend hands the
+// partials to attn_reduce as values that carry their step (device/cuda/handoff.cuh), which asks
+// that a tensor be written whole once a step. At a short step, where split 0 is the only one, a
+// task with reduce_out also writes that split's normalised output there (attn_reduce's output,
+// [heads * head_dim]), and signals for the attn_reduce tasks of its kv head (the planner's short
+// signal lists).
 struct AttentionPayload {
   static constexpr const char* kColour = "#59a14f";  // green: this op in the DOT graph and the trace
   uint32_t qkv;      // activation f32 [(heads + 2*kv_heads) * head_dim]: q | k | v

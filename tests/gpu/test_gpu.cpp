@@ -688,7 +688,7 @@ TEST_CASE("the tagged hand-off drops the counters that only tagged activations w
   device::CudaExecutor tags(s, eo);
   eo.tagged_handoff = false;
   device::CudaExecutor counters(s, eo);
-  size_t matvecs = 0, lm_heads = 0, attentions = 0, dropped = 0;
+  size_t matvecs = 0, lm_heads = 0, attentions = 0, reduces = 0, dropped = 0;
   for (uint32_t i = 0; i < s.instructions.size(); ++i) {
     const schedule::Instruction& inst = s.instructions[i];
     CHECK(counters.device_waits(i, false) == inst.wait_count);
@@ -711,19 +711,31 @@ TEST_CASE("the tagged hand-off drops the counters that only tagged activations w
       ++matvecs;
     }
     if (inst.opcode == static_cast<uint16_t>(schedule::Opcode::attention)) {
-      CHECK(tags.tagged(schedule::payload_as<schedule::AttentionPayload>(inst).qkv));  // its set-up polls q, k and v
+      const auto& p = schedule::payload_as<schedule::AttentionPayload>(inst);
+      CHECK(tags.tagged(p.qkv));  // its set-up polls q, k and v
       CHECK(tags.device_waits(i, false) == 0);  // its q, k and v: polled, their counters dropped
-      // At a short step it does attn_reduce's work itself: nobody waits for its counter there,
-      // so it signals with relaxed adds; at a full step attn_reduce waits for it.
-      CHECK(tags.relaxed_signals(i, true) > 0);
-      CHECK(tags.relaxed_signals(i, false) == 0);
+      // Its partials (attn_reduce polls them) and, at a short step, attn_reduce's output in
+      // attn_reduce's place (o-proj polls it) are tagged: nothing left to signal at either kind
+      // of step. With counters attn_reduce waits for its release.
+      CHECK(tags.tagged(p.out));
+      CHECK(tags.device_signals(i, false) == 0);
+      CHECK(tags.device_signals(i, true) == 0);
+      CHECK(counters.device_signals(i, false) > 0);
       CHECK(counters.relaxed_signals(i, false) == 0);
       ++attentions;
+    }
+    if (inst.opcode == static_cast<uint16_t>(schedule::Opcode::attn_reduce)) {
+      CHECK(tags.tagged(schedule::payload_as<schedule::AttnReducePayload>(inst).in));
+      CHECK(tags.device_waits(i, false) == 0);  // the partials: polled
+      CHECK(counters.device_waits(i, false) == inst.wait_count);
+      CHECK(inst.wait_count > 0);
+      ++reduces;
     }
   }
   REQUIRE(matvecs > 0);
   REQUIRE(lm_heads > 0);
   REQUIRE(attentions > 0);
+  REQUIRE(reduces > 0);
   CHECK(dropped > 0);
 }
 

@@ -471,7 +471,7 @@ TEST_CASE("op attention: tasks over unit ranges compose to the whole op") {
   check_combined(c);
 }
 
-TEST_CASE("op attention and attn_reduce at a short step: one split writes the normalised output, attn_reduce nothing") {
+TEST_CASE("op attention and attn_reduce at a short step: one split writes the normalised output (and every partial), attn_reduce nothing") {
   std::mt19937 rng(3306);
   for (uint32_t pos : {0u, 9u}) {
     AttnSetup s;
@@ -491,7 +491,20 @@ TEST_CASE("op attention and attn_reduce at a short step: one split writes the no
       plain.insert(plain.end(), ref.begin(), ref.end());
     }
     CHECK(rel_error(reduced, plain) < 1e-5);
-    CHECK(check_writes(c.mem.f32(c.p.out), 0, 0).written_outside == 0);  // no partial at all
+    // The partials as at every step (the GPU polls them, device/cuda/handoff.cuh): split 0's, the
+    // others zero; reduced by hand, split 0's is the normalised output.
+    const auto partials = c.mem.f32(c.p.out);
+    CHECK(check_writes(partials, 0, partials.size()).unwritten_inside == 0);
+    std::vector<float> from_partials;
+    for (uint32_t g = 0; g < s.kv_heads; ++g)
+      for (uint32_t r = 0; r < s.rep; ++r) {
+        const size_t at = c.out_index(g, 0, r);
+        for (uint32_t e = 0; e < c.hd; ++e) from_partials.push_back(partials[at + e] / partials[at + c.hd + 1]);
+        for (uint32_t split = 1; split < s.splits; ++split)
+          CHECK(std::count(partials.begin() + c.out_index(g, split, r), partials.begin() + c.out_index(g, split, r) + c.hd + 2, 0.0f) ==
+                c.hd + 2);
+      }
+    CHECK(rel_error(from_partials, plain) < 1e-5);
     for (uint32_t g = 0; g < s.kv_heads; ++g)  // the current position appended by split 0
       CHECK(std::isfinite(c.cached(c.mem.bf16(c.p.k_cache), g, pos)[0]));
     // A bypassed attn_reduce task does nothing at this step, even over finite partials (all 1:
@@ -528,9 +541,10 @@ TEST_CASE("active KV splits: one per `positions` up to half the splits, all from
   CHECK(active(301, 16, {64, 300}) == 5);
 }
 
-TEST_CASE("op attention and attn_reduce with some splits active: the rest write and read nothing") {
-  // 6 splits, one per 5 positions: 2 active at position 9, 3 at 12; the inactive partials stay
-  // poisoned and attn_reduce still gives plain softmax attention (it reads only the active ones).
+TEST_CASE("op attention and attn_reduce with some splits active: the rest write zero rows, and attn_reduce reads only the active ones") {
+  // 6 splits, one per 5 positions: 2 active at position 9, 3 at 12; the inactive partials are
+  // written as zeros (every row at every step: the GPU polls them, device/cuda/handoff.cuh) and
+  // attn_reduce still gives plain softmax attention (it reads only the active ones).
   std::mt19937 rng(3307);
   for (const auto& [pos, active] : {std::pair{9u, 2u}, std::pair{12u, 3u}}) {
     AttnSetup s;
@@ -545,7 +559,9 @@ TEST_CASE("op attention and attn_reduce with some splits active: the rest write 
       for (uint32_t split = 0; split < s.splits; ++split)
         for (uint32_t r = 0; r < s.rep; ++r) {
           const size_t at = c.out_index(g, split, r);
-          CHECK(std::isnan(out[at]) == (split >= active));
+          CHECK(check_writes(out, at, at + c.hd + 2).unwritten_inside == 0);
+          if (split >= active) CHECK(std::count(out.begin() + at, out.begin() + at + c.hd + 2, 0.0f) == c.hd + 2);
+          else CHECK(out[at + c.hd + 1] >= 1.0f);  // an active split's sum: its max's own term is 1
         }
     const AttnReducePayload rp = reduce_payload(c, c.p.out, c.heads);
     mk::device::cpu_run(rp, mk::test::step_context(pos, 3, s.max_context, 1, policy), c.mem.table());
