@@ -699,8 +699,8 @@ TEST_CASE("the tagged hand-off drops the counters that only tagged activations w
       CHECK(tags.tagged(p.in));
       CHECK(tags.tagged(p.out) == (p.out != s.logits_tensor));  // the argmax reads the logits with a counter
       // Its input and residual are tagged, written by ops that write nothing else (at a short
-      // step o-proj's input by the attention, which also signals for its plain partials): no
-      // counter is left for it to wait on, at either kind of step.
+      // step o-proj's input by the attention, whose partials are tagged too): no counter is
+      // left for it to wait on, at either kind of step.
       CHECK(tags.device_waits(i, false) == 0);
       CHECK(tags.device_waits(i, true) == 0);
       if (p.out == s.logits_tensor) {  // the argmax waits for the LM head's counters at every step: releases
