@@ -727,8 +727,7 @@ TEST_CASE("the tagged hand-off drops the counters that only tagged activations w
     if (inst.opcode == static_cast<uint16_t>(schedule::Opcode::attn_reduce)) {
       CHECK(tags.tagged(schedule::payload_as<schedule::AttnReducePayload>(inst).in));
       CHECK(tags.device_waits(i, false) == 0);  // the partials: polled
-      CHECK(counters.device_waits(i, false) == inst.wait_count);
-      CHECK(inst.wait_count > 0);
+      CHECK(inst.wait_count > 0);  // the schedule's waits for the attention, which the executor dropped
       ++reduces;
     }
   }
