@@ -109,9 +109,12 @@ timing() {  # example, prompt length, tokens
 }
 compare tiny-llama
 compare llama-3.2-1b
-# Decode at positions 384 to 511: short steps, as the benchmark's row at 512 is (past 512 the
-# attention splits, which a 512-token prompt's decode measured: 1.7-3.2 % over mkbench).
+# Decode at positions 384 to 511: short steps (past 512 the attention splits). The benchmark's
+# row at 512 runs positions 511-526, split steps but the first, so the benchmark is also run at
+# 448 (positions 447-462, short steps) for a comparison step for step (bench/NOTES.md 117).
 timing llama-3.2-1b 384 128
+step "mkbench at context 448 (positions 447-462: short steps, as the decode above)"
+bounded 60 "$BIN/mkbench" "$WORK/llama-3.2-1b/sched.bin" --context 448 --reps 30 | grep -m1 "step (median" || status=1
 
 step "transformers comparisons of models planned from config.json (no YAML), 1100-token prompts"
 bounded 330 env TIMEOUT=110 bash tests/gpu/hf_import_check.sh "$BIN" "$WORK/hf-import" || status=1
