@@ -81,6 +81,13 @@ __device__ __forceinline__ void store_tagged(float* p, float value, uint32_t bit
   asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(u));
 }
 
+// One value of an activation the executor may or may not tag (the op's tagged_field): tagged
+// with `bit`, or a plain store.
+__device__ __forceinline__ void store_activation(float* p, float value, bool tagged, uint32_t bit) {
+  if (tagged) store_tagged(p, value, bit);
+  else *p = value;
+}
+
 // A tagged value with its step bit cleared: what was stored, to 2^-23 relative, and exactly where
 // that matters: a zero is zero again, and an infinity (a NaN once tagged with bit 1) infinite.
 __device__ __forceinline__ float untagged(float v) { return __uint_as_float(__float_as_uint(v) & ~1u); }

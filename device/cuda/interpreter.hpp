@@ -58,9 +58,9 @@ class CudaExecutor {
   // The counter waits the GPU runs for an instruction at a full or short step: the schedule's,
   // less those of the tagged hand-offs.
   uint32_t device_waits(uint32_t instruction, bool short_step) const;
-  // Its signals at such a step, and those of them whose counter no wait list of that step's kind
-  // names: relaxed adds, no release.
+  // Its signals at such a step: the schedule's, less those of the tagged hand-offs.
   uint32_t device_signals(uint32_t instruction, bool short_step) const;
+  // Of those, the ones whose counter no wait list of that step's kind names: relaxed adds, no release.
   uint32_t relaxed_signals(uint32_t instruction, bool short_step) const;
 
   // The token history on the device: position p decodes history[p] (max_context + 1 entries).

@@ -241,12 +241,6 @@ struct WarpAttention {
   }
 };
 
-// One value of the attention's partials, tagged with the step where the executor tags them.
-__device__ __forceinline__ void store_partial(float* p, float v) {
-  if (tagged_field(1)) store_tagged(p, v, handoff.bit);
-  else *p = v;
-}
-
 // The instruction's trace record while tracing (else null), set by gpu_run, so that the body can
 // mark its phases without another argument: the end of a unit's set-up, and warp 0 done with its
 // tiles (the trace's phases: set-up, tiles, merge and signal; the last active unit's).
@@ -296,7 +290,7 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
     const uint32_t g = unit / S, s = unit % S;
     float* part = out + (uint64_t{g} * S + s) * rep * (hd + 2);  // the split's partial: rows of hd + 2 per head
     if (s >= A) {  // an inactive split: no tiles; its rows zero (a tagged tensor is written at every step)
-      for (uint32_t i = tid; i < rep * (hd + 2); i += kThreads) store_partial(part + i, 0.0f);
+      for (uint32_t i = tid; i < rep * (hd + 2); i += kThreads) store_activation(part + i, 0.0f, tagged_field(1), handoff.bit);
       continue;
     }
     const bool last = s == A - 1;
@@ -426,11 +420,14 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
       const uint32_t r = i / hd, e = i % hd;
       float acc = last ? wm[W * rep + r] * bf16_to_f32(vcur16[e]) : 0.0f;
       for (uint32_t w = 0; w < W; ++w) acc = fmaf(wm[w * rep + r], wo[(w * rep + r) * hd + e], acc);
-      if (reduced && tagged_field(2)) store_tagged(reduced + i, acc / head_sum[r], detail::handoff.bit);  // handoff.cuh
+      // reduce_out and the partials as the executor lays them out (tagged or not: handoff.cuh)
+      if (reduced && tagged_field(2)) store_tagged(reduced + i, acc / head_sum[r], handoff.bit);
       else if (reduced) reduced[i] = acc / head_sum[r];
       float* row = part + r * (hd + 2);
-      store_partial(row + e, acc);
-      if (e == 0) store_partial(row + hd, head_max[r] * 0.6931471805599453f), store_partial(row + hd + 1, head_sum[r]);
+      store_activation(row + e, acc, tagged_field(1), handoff.bit);
+      if (e == 0)
+        store_activation(row + hd, head_max[r] * 0.6931471805599453f, tagged_field(1), handoff.bit),
+            store_activation(row + hd + 1, head_sum[r], tagged_field(1), handoff.bit);
     }
   }
   return tile;
