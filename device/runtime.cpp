@@ -167,41 +167,55 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
   const uint32_t prompt = static_cast<uint32_t>(opt.prompt.size());
   GenerateResult r;
   const auto start = std::chrono::steady_clock::now();
-  auto decode_start = start;
+  auto decode_start = start;  // a prompt of one token: the first step decodes
   backend.set_tokens(0, opt.prompt);
-  // Steps [done, done + n): each feeds the next from its own greedy token once past the
-  // prompt, on the backend's side; the host reads the tokens back once per chunk. Returns false
-  // when `stop` ended generation (steps run after the stopping one are discarded).
-  auto run = [&](uint32_t done, uint32_t n) {
-    backend.run(done, n, prompt);
-    const std::vector<int32_t> fed = backend.history(done + 1, done + n + 1);
-    // The last step's logits are checked once per chunk: NaN or Inf weights show in every step.
+  // Chunks of kDecodeChunk steps (one step where every step's logits are kept): the prompt's
+  // steps up to its last one, then the rest, so that the decode time starts at that step. Each
+  // step feeds the next from its own greedy token once past the prompt, on the backend's side;
+  // the host reads the tokens back once per chunk.
+  const uint32_t chunk = opt.keep_logits ? 1 : kDecodeChunk;
+  auto chunk_from = [&](uint32_t done) { return std::min(chunk, (done < prompt - 1 ? prompt - 1 : steps) - done); };
+  // Where the backend queues its runs, the next chunk is queued before the host reads one, so
+  // that the GPU does not wait while the host copies a chunk's tokens back and hands them on
+  // (that wait put mkrun's decode 4 % over mkbench's step on Llama-3.2-1B; bench/NOTES.md 118).
+  // The logits are then checked for the first chunk, before a second is queued, and for the
+  // last step run: NaN or Inf weights show in every step, and a step that makes a NaN passes
+  // it to every later one through the KV cache. Otherwise every chunk's last step is checked.
+  const bool ahead = backend.queues_runs() && !opt.keep_logits;
+  uint32_t queued = 0;  // steps run or queued
+  auto queue = [&] {
+    const uint32_t n = chunk_from(queued);
+    backend.run(queued, n, prompt);
+    queued += n;
+  };
+  auto check_logits = [&](uint32_t step) {
     std::vector<float> logits = backend.logits();
-    check_finite_logits(logits, done + n - 1, steps);
+    check_finite_logits(logits, step, steps);
     if (opt.keep_logits) r.logits.push_back(std::move(logits));
+  };
+  queue();
+  for (uint32_t done = 0; done < steps && !r.stopped;) {
+    const uint32_t n = chunk_from(done);
+    if (ahead && done > 0 && queued < steps) queue();
+    const std::vector<int32_t> fed = backend.history(done + 1, done + n + 1);
+    if (!ahead || done == 0) check_logits(done + n - 1);
+    if (done + n == prompt - 1) decode_start = std::chrono::steady_clock::now();  // the prompt's steps have run
     for (uint32_t i = 0; i < n; ++i) {
       const uint32_t pos = done + i;
       if (pos + 1 >= prompt) r.tokens.push_back(fed[i]);
       if (opt.on_step) opt.on_step(pos + 1, steps, fed[i]);
       r.steps = pos + 1;
+      // Generation ends at a stop token, which is kept; steps queued after it are discarded.
       if (pos + 1 >= prompt && opt.tokens && opt.stop && opt.stop(fed[i])) {
         r.stopped = true;
-        return false;
+        break;
       }
     }
-    return true;
-  };
-  // Logits are per step, so keeping them runs one step at a time; else chunks of kDecodeChunk steps.
-  const uint32_t chunk = opt.keep_logits ? 1 : kDecodeChunk;
-  for (uint32_t done = 0; done < steps;) {
-    if (done == prompt - 1) decode_start = std::chrono::steady_clock::now();
-    // The prompt's steps up to the last one, then the rest: decode time starts at that step.
-    const uint32_t limit = done < prompt - 1 ? prompt - 1 : steps;
-    const uint32_t n = std::min(chunk, limit - done);
-    if (!run(done, n)) break;
     done += n;
+    if (queued == done && done < steps && !r.stopped) queue();
   }
   const auto end = std::chrono::steady_clock::now();
+  if (ahead) check_logits(queued - 1);
   r.seconds = std::chrono::duration<double>(end - start).count();
   r.decode_seconds = std::chrono::duration<double>(end - decode_start).count();
   if (opt.tokens == 0) r.tokens.clear();

@@ -38,7 +38,10 @@ class Backend {
   virtual void run(uint32_t first, uint32_t count, uint32_t fed_from) = 0;
   // Waits for the steps run so far (throws if one failed) and returns history[begin, end).
   virtual std::vector<int32_t> history(uint32_t begin, uint32_t end) = 0;
-  virtual std::vector<float> logits() = 0;  // of the last step run
+  virtual std::vector<float> logits() = 0;  // of the last step run (waits for it)
+  // Whether run() queues its steps and history() waits only for the runs that write what it
+  // reads: generate() then queues the next chunk before it reads one (the GPU's).
+  virtual bool queues_runs() const { return false; }
 
   // Decodes `token` at `pos` and returns the step's greedy token.
   int32_t step(int32_t token, uint32_t pos) {
@@ -66,7 +69,8 @@ std::unique_ptr<Backend> make_cuda_backend(const schedule::Schedule&, const Chec
 bool cuda_available();  // a GPU is present and this build has the CUDA interpreter
 
 // Decode steps run per Backend::run call when no step's logits are kept: the host reads the
-// tokens back (and checks for a stop token) once per chunk; on the GPU a chunk is one launch.
+// tokens back (and checks for a stop token) once per chunk; on the GPU a chunk is one launch,
+// queued before the host reads the chunk before it.
 inline constexpr uint32_t kDecodeChunk = 16;
 
 struct GenerateOptions {

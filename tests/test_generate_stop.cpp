@@ -1,5 +1,6 @@
 // generate()'s stop callback: generation ends right after the token it accepts, which is kept;
-// no step runs past it.
+// on a backend that runs each chunk at once (the emulator) no step runs past it
+// (test_generate_queue.cpp: one that queues them).
 #include <doctest/doctest.h>
 
 #include "device/runtime.hpp"

@@ -41,6 +41,7 @@ class CudaBackend : public Backend {
   }
 
   std::vector<int32_t> history(uint32_t begin, uint32_t end) override { return exec_.tokens(begin, end); }
+  bool queues_runs() const override { return true; }  // launches return at once; tokens() waits for its own
 
   std::vector<float> logits() override {
     std::vector<float> out(s_.tensors[s_.logits_tensor].elements());

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <deque>
 #include <span>
 #include <sstream>
 #include <vector>
@@ -533,6 +534,19 @@ struct CudaExecutor::State {
   uint32_t stages = 0;
   uint64_t launches = 0;
   cudaStream_t stream = nullptr;
+  // The launches not yet waited for, in launch order: each one's first position and an event
+  // recorded after it, so that tokens() waits only for the launches that write what it reads.
+  struct Pending {
+    uint32_t first;
+    cudaEvent_t done;
+  };
+  std::deque<Pending> pending;
+  std::vector<cudaEvent_t> spare_events;
+
+  // The launches up to and including pending[last] have ended: their events go back.
+  void release_pending(size_t last) {
+    for (size_t j = 0; j <= last; ++j) spare_events.push_back(pending.front().done), pending.pop_front();
+  }
 
   size_t trace_bytes() const { return std::max<size_t>(1, s->instructions.size()) * kTraceSlots * sizeof(uint64_t); }
 
@@ -664,6 +678,8 @@ CudaExecutor::~CudaExecutor() {
   cudaFree(st_->error);
   cudaFree(st_->history);
   cudaFree(st_->params.trace);
+  for (const State::Pending& p : st_->pending) cudaEventDestroy(p.done);
+  for (cudaEvent_t e : st_->spare_events) cudaEventDestroy(e);
   if (st_->stream) cudaStreamDestroy(st_->stream);
 }
 
@@ -718,7 +734,19 @@ void CudaExecutor::set_tokens(uint32_t first, const int32_t* ids, uint32_t n) {
 
 std::vector<int32_t> CudaExecutor::tokens(uint32_t begin, uint32_t end) {
   if (begin > end || end > st_->opt.max_context + 1) throw CudaError("tokens: beyond the token history");
-  finish();
+  // The step at q writes history[q + 1]: wait for the last launch that ran a position below
+  // end - 1 (and so for every launch before it), not for those queued after it, which write
+  // past `end` (the stream is not the legacy one: this copy does not wait for them either).
+  size_t last = st_->pending.size();
+  for (size_t j = 0; j < st_->pending.size(); ++j)
+    if (st_->pending[j].first + 1 < end) last = j;
+  if (last < st_->pending.size()) {
+    check(cudaEventSynchronize(st_->pending[last].done), "interpreter");
+    st_->release_pending(last);
+    ErrorRecord e{};
+    check(cudaMemcpy(&e, st_->error, sizeof e, cudaMemcpyDeviceToHost), "error record");
+    if (e.code != 0) finish();  // waits for every launch, then reports
+  }
   std::vector<int32_t> out(end - begin);
   check(cudaMemcpy(out.data(), st_->history + begin, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "tokens");
   return out;
@@ -752,12 +780,29 @@ void CudaExecutor::launch(uint32_t first, uint32_t count, uint32_t fed_from) {
     interpreter_kernel<<<st_->s->sm_count, kBlockThreads, st_->shared, st_->stream>>>(p);
     check(cudaGetLastError(), "interpreter launch");
     ++st_->launches;
+    // Its event, for tokens(); the events of launches that have ended are taken back first.
+    while (!st_->pending.empty()) {
+      const cudaError_t q = cudaEventQuery(st_->pending.front().done);
+      if (q == cudaSuccess) {
+        st_->release_pending(0);
+        continue;
+      }
+      if (q != cudaErrorNotReady) check(q, "cudaEventQuery");
+      cudaGetLastError();  // "not ready" is no error: not for the next launch's check to find
+      break;
+    }
+    cudaEvent_t e = nullptr;
+    if (st_->spare_events.empty()) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    else e = st_->spare_events.back(), st_->spare_events.pop_back();
+    st_->pending.push_back({first + done, e});
+    check(cudaEventRecord(e, st_->stream), "cudaEventRecord");
     done += per_launch;
   }
 }
 
 void CudaExecutor::finish() {
   check(cudaStreamSynchronize(st_->stream), "interpreter");
+  if (!st_->pending.empty()) st_->release_pending(st_->pending.size() - 1);
   ErrorRecord e{};
   check(cudaMemcpy(&e, st_->error, sizeof e, cudaMemcpyDeviceToHost), "error record");
   if (e.code == 0) return;

@@ -65,7 +65,9 @@ class CudaExecutor {
 
   // The token history on the device: position p decodes history[p] (max_context + 1 entries).
   void set_tokens(uint32_t first, const int32_t* ids, uint32_t n);
-  std::vector<int32_t> tokens(uint32_t begin, uint32_t end);  // waits for the launches (finish)
+  // history[begin, end): waits for the launches that write it (and checks them, as finish()
+  // does), not for those queued after them.
+  std::vector<int32_t> tokens(uint32_t begin, uint32_t end);
   // Launches the steps at positions [first, first + count) as one kernel, without waiting: the
   // step at q writes its greedy token to history[q + 1], the next step's input, when q + 1 >=
   // fed_from. Between steps the SMs wait for each other (the next step's first weights stream

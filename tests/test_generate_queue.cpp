@@ -1,0 +1,136 @@
+// generate() on a backend that queues its runs, as the GPU's does: the next chunk is queued
+// before a chunk's tokens are read, the tokens and steps are those of a backend that runs each
+// chunk at once, a stop token still ends generation (the chunk queued after it discarded), and
+// non-finite logits are still refused, early when the weights make them.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "device/runtime.hpp"
+#include "dsl/model.hpp"
+#include "planner/plan.hpp"
+#include "tests/temp_dir.hpp"
+
+namespace {
+
+// The emulator behind a queue: run() only records the steps; history() runs the queued ones
+// that write what it reads (a step at q writes q + 1), logits() all of them. It logs what
+// generate() asks for, in order. Logits of a step at `nan_from` or later get a NaN.
+class QueuedEmulator : public mk::device::Backend {
+ public:
+  QueuedEmulator(std::unique_ptr<mk::device::Backend> inner, uint32_t nan_from)
+      : inner_(std::move(inner)), nan_from_(nan_from) {}
+  std::string name() const override { return "queued emulator"; }
+  bool queues_runs() const override { return true; }
+  void set_tokens(uint32_t first, const std::vector<int32_t>& ids) override { inner_->set_tokens(first, ids); }
+  void run(uint32_t first, uint32_t count, uint32_t fed_from) override {
+    queue_.push_back({first, count, fed_from});
+    log.push_back("run " + std::to_string(first));
+  }
+  std::vector<int32_t> history(uint32_t begin, uint32_t end) override {
+    size_t last = queue_.size();
+    for (size_t j = 0; j < queue_.size(); ++j)
+      if (queue_[j].first + 1 < end) last = j;
+    if (last < queue_.size()) execute(last + 1);
+    log.push_back("read " + std::to_string(begin - 1));
+    return inner_->history(begin, end);
+  }
+  std::vector<float> logits() override {
+    execute(queue_.size());
+    std::vector<float> l = inner_->logits();
+    if (last_step_ >= nan_from_) l[5] = std::numeric_limits<float>::quiet_NaN();
+    return l;
+  }
+  std::vector<std::string> log;
+
+ private:
+  struct Run {
+    uint32_t first, count, fed_from;
+  };
+  void execute(size_t runs) {
+    for (size_t j = 0; j < runs; ++j) {
+      const Run r = queue_.front();
+      queue_.pop_front();
+      inner_->run(r.first, r.count, r.fed_from);
+      last_step_ = r.first + r.count - 1;
+    }
+  }
+  std::unique_ptr<mk::device::Backend> inner_;
+  std::deque<Run> queue_;
+  uint32_t nan_from_, last_step_ = 0;
+};
+
+struct Fixture {
+  mk::schedule::Schedule s;
+  mk::test::TempDir dir{"mk_generate_queue"};
+  std::unique_ptr<mk::device::Checkpoint> ckpt;
+  mk::device::RuntimeOptions ro;
+  Fixture() {
+    const mk::dsl::ModelGraph model = mk::dsl::parse_file(std::string(MK_SOURCE_DIR) + "/examples/tiny-llama.yaml");
+    mk::planner::PlanOptions po;
+    po.sm_count = 3;
+    s = mk::planner::plan(model, po).schedule;
+    mk::device::write_random_checkpoint(s, dir.path, 91);
+    ckpt = std::make_unique<mk::device::Checkpoint>(mk::device::Checkpoint::open(dir.path));
+    ro.max_context = 64;
+  }
+  std::unique_ptr<mk::device::Backend> emulator() const { return mk::device::make_emulator_backend(s, *ckpt, ro); }
+};
+
+}  // namespace
+
+TEST_CASE("generate on a queuing backend: the next chunk queued before a chunk is read, the same tokens") {
+  const Fixture f;
+  mk::device::GenerateOptions go;
+  go.prompt = {4, 9, 2};
+  go.tokens = 40;  // 42 steps: the prompt's first 2, then chunks of 16, 16 and 8
+  auto plain = f.emulator();
+  const mk::device::GenerateResult want = mk::device::generate(*plain, f.s, go, f.ro.max_context);
+  QueuedEmulator queued(f.emulator(), ~0u);
+  const mk::device::GenerateResult got = mk::device::generate(queued, f.s, go, f.ro.max_context);
+  CHECK(got.tokens == want.tokens);
+  CHECK(got.steps == want.steps);
+  CHECK(got.steps == 42);
+  // The first chunk is read (and its logits checked) before another is queued; from then on each
+  // chunk's successor is queued before the chunk is read.
+  const std::vector<std::string> expected = {"run 0", "read 0", "run 2", "run 18", "read 2", "run 34", "read 18", "read 34"};
+  CHECK(queued.log == expected);
+}
+
+TEST_CASE("generate on a queuing backend: a stop token ends generation, the chunk queued after it discarded") {
+  const Fixture f;
+  mk::device::GenerateOptions go;
+  go.prompt = {4, 9, 2};
+  go.tokens = 40;
+  int seen = 0;
+  go.stop = [&](int32_t) { return ++seen == 20; };  // the 20th generated token, in the chunk from position 18
+  auto plain = f.emulator();
+  const mk::device::GenerateResult want = mk::device::generate(*plain, f.s, go, f.ro.max_context);
+  seen = 0;
+  QueuedEmulator queued(f.emulator(), ~0u);
+  const mk::device::GenerateResult got = mk::device::generate(queued, f.s, go, f.ro.max_context);
+  CHECK(want.stopped);
+  CHECK(got.stopped);
+  CHECK(got.tokens == want.tokens);
+  CHECK(got.tokens.size() == 20);
+  CHECK(got.steps == want.steps);
+  const std::vector<std::string> expected = {"run 0", "read 0", "run 2", "run 18", "read 2", "run 34", "read 18"};
+  CHECK(queued.log == expected);  // the chunk from 34 ran, and was not read
+}
+
+TEST_CASE("generate on a queuing backend: non-finite logits are refused, from the weights before a second chunk") {
+  const Fixture f;
+  mk::device::GenerateOptions go;
+  go.prompt = {4, 9, 2};
+  go.tokens = 40;
+  QueuedEmulator from_start(f.emulator(), 0);
+  CHECK_THROWS_WITH(mk::device::generate(from_start, f.s, go, f.ro.max_context), doctest::Contains("non-finite logit"));
+  CHECK(from_start.log == std::vector<std::string>{"run 0", "read 0"});
+  // A NaN that appears later (a step's own, which the KV cache passes on) is found at the end.
+  QueuedEmulator later(f.emulator(), 30);
+  CHECK_THROWS_WITH(mk::device::generate(later, f.s, go, f.ro.max_context), doctest::Contains("position 41"));
+}
