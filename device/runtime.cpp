@@ -178,9 +178,10 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
   // Where the backend queues its runs, the next chunk is queued before the host reads one, so
   // that the GPU does not wait while the host copies a chunk's tokens back and hands them on
   // (that wait put mkrun's decode 4 % over mkbench's step on Llama-3.2-1B; bench/NOTES.md 118).
-  // The logits are then checked for the first chunk, before a second is queued, and for the
-  // last step run: NaN or Inf weights show in every step, and a step that makes a NaN passes
-  // it to every later one through the KV cache. Otherwise every chunk's last step is checked.
+  // The logits are then checked for the first chunk's last step, before a second is queued,
+  // and for the last step run: NaN or Inf weights show in every step, and a NaN a step makes
+  // before a layer's k and v reaches every later step through the KV cache. Otherwise every
+  // chunk's last step is checked (neither reads the other steps' logits).
   const bool ahead = backend.queues_runs() && !opt.keep_logits;
   uint32_t queued = 0;  // steps run or queued
   auto queue = [&] {
