@@ -44,6 +44,7 @@ class CudaBackend : public Backend {
   bool queues_runs() const override { return true; }  // launches return at once; tokens() waits for its own
 
   std::vector<float> logits() override {
+    exec_.finish();  // every launch ended, and checked: a watchdog report is thrown, not read past
     std::vector<float> out(s_.tensors[s_.logits_tensor].elements());
     exec_.download(s_.logits_tensor, out.data(), out.size() * sizeof(float));
     return out;

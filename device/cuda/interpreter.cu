@@ -736,17 +736,19 @@ std::vector<int32_t> CudaExecutor::tokens(uint32_t begin, uint32_t end) {
   if (begin > end || end > st_->opt.max_context + 1) throw CudaError("tokens: beyond the token history");
   // The step at q writes history[q + 1]: wait for the last launch that ran a position below
   // end - 1 (and so for every launch before it), not for those queued after it, which write
-  // past `end` (the stream is not the legacy one: this copy does not wait for them either).
+  // past `end` (the stream is not the legacy one: these copies do not wait for them either).
   size_t last = st_->pending.size();
   for (size_t j = 0; j < st_->pending.size(); ++j)
     if (st_->pending[j].first + 1 < end) last = j;
   if (last < st_->pending.size()) {
     check(cudaEventSynchronize(st_->pending[last].done), "interpreter");
     st_->release_pending(last);
-    ErrorRecord e{};
-    check(cudaMemcpy(&e, st_->error, sizeof e, cudaMemcpyDeviceToHost), "error record");
-    if (e.code != 0) finish();  // waits for every launch, then reports
   }
+  // Every launch that has ended, these included, wrote its report before its event: read it
+  // whether or not this call waited (launch() takes back the events of ended launches too).
+  ErrorRecord e{};
+  check(cudaMemcpy(&e, st_->error, sizeof e, cudaMemcpyDeviceToHost), "error record");
+  if (e.code != 0) finish();  // waits for every launch, then reports
   std::vector<int32_t> out(end - begin);
   check(cudaMemcpy(out.data(), st_->history + begin, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "tokens");
   return out;

@@ -15,6 +15,7 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "tests/step_context.hpp"
 #include "common/input_file.hpp"
@@ -628,6 +629,34 @@ TEST_CASE("the watchdog turns a wait that can never be met into a report, and th
   CHECK(reported);
   CHECK(seconds < 3.0);
   agrees_after_a_report(plan.schedule, ckpt);
+}
+
+TEST_CASE("a launch's watchdog report reaches tokens() when a later launch was queued behind it (mkrun's chunks)") {
+  // generate() queues the next launch before it reads a chunk's tokens; launch() takes back the
+  // events of launches that have ended, so tokens() may find nothing to wait for. It must still
+  // read the report of the launch whose tokens it returns, not hand them on.
+  const int sms = device::cuda_device_sm_count();
+  const planner::Plan plan = plan_example(dsl::parse_file(kRoot + "/examples/tiny-llama.yaml"), static_cast<uint32_t>(sms));
+  schedule::Schedule broken = plan.schedule;  // not re-verified: the test skips the planner's proof
+  uint32_t victim = 0;
+  while (victim < broken.instructions.size() && broken.instructions[victim].wait_count == 0) ++victim;
+  REQUIRE(victim < broken.instructions.size());
+  broken.waits[broken.instructions[victim].wait_begin].target += 1;
+  device::ExecutorOptions eo;
+  eo.max_context = 8;
+  eo.watchdog_seconds = 0.2;
+  eo.tagged_handoff = false;  // every wait a counter's
+  device::CudaExecutor exec(broken, eo);
+  const int32_t token = 1;
+  exec.set_tokens(0, &token, 1);
+  const std::optional<device::WatchdogError> report = watchdog_report([&] {
+    exec.launch(0, 1, 1);
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // its watchdog has ended it by now
+    exec.launch(1, 1, 1);  // takes back the first launch's event
+    exec.tokens(1, 2);     // written by the first launch: nothing left to wait for
+  });
+  REQUIRE(report.has_value());
+  CHECK(report->report.value < report->report.target);
 }
 
 TEST_CASE("a wait timing out while the other SMs stream their LM head ends the launch with a report, not a hang") {
