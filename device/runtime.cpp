@@ -194,10 +194,10 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
     check_finite_logits(logits, step, steps);
     if (opt.keep_logits) r.logits.push_back(std::move(logits));
   };
-  queue();
   for (uint32_t done = 0; done < steps && !r.stopped;) {
     const uint32_t n = chunk_from(done);
-    if (ahead && done > 0 && queued < steps) queue();
+    if (queued == done) queue();                       // this chunk
+    if (ahead && done > 0 && queued < steps) queue();  // and, past the first, the next before reading this one
     const std::vector<int32_t> fed = backend.history(done + 1, done + n + 1);
     if (!ahead || done == 0) check_logits(done + n - 1);
     if (done + n == prompt - 1) decode_start = std::chrono::steady_clock::now();  // the prompt's steps have run
@@ -213,7 +213,6 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
       }
     }
     done += n;
-    if (queued == done && done < steps && !r.stopped) queue();
   }
   const auto end = std::chrono::steady_clock::now();
   if (ahead) check_logits(queued - 1);

@@ -36,7 +36,7 @@ class Backend {
   // Runs the steps at positions [first, first + count); step p writes its greedy token to
   // history[p + 1] when p + 1 >= fed_from. May return before they finish.
   virtual void run(uint32_t first, uint32_t count, uint32_t fed_from) = 0;
-  // Waits for the steps run so far (throws if one failed) and returns history[begin, end).
+  // Waits for the runs that write history[begin, end) (throws if one failed) and returns it.
   virtual std::vector<int32_t> history(uint32_t begin, uint32_t end) = 0;
   virtual std::vector<float> logits() = 0;  // of the last step run (waits for it)
   // Whether run() queues its steps and history() waits only for the runs that write what it

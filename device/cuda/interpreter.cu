@@ -548,6 +548,13 @@ struct CudaExecutor::State {
     for (size_t j = 0; j <= last; ++j) spare_events.push_back(pending.front().done), pending.pop_front();
   }
 
+  // The launches' report (code 0: none), as far as those that have ended wrote it.
+  ErrorRecord read_error() const {
+    ErrorRecord e{};
+    check(cudaMemcpy(&e, error, sizeof e, cudaMemcpyDeviceToHost), "error record");
+    return e;
+  }
+
   size_t trace_bytes() const { return std::max<size_t>(1, s->instructions.size()) * kTraceSlots * sizeof(uint64_t); }
 
   void reset_counters() {
@@ -746,9 +753,7 @@ std::vector<int32_t> CudaExecutor::tokens(uint32_t begin, uint32_t end) {
   }
   // Every launch that has ended, these included, wrote its report before its event: read it
   // whether or not this call waited (launch() takes back the events of ended launches too).
-  ErrorRecord e{};
-  check(cudaMemcpy(&e, st_->error, sizeof e, cudaMemcpyDeviceToHost), "error record");
-  if (e.code != 0) finish();  // waits for every launch, then reports
+  if (st_->read_error().code != 0) finish();  // waits for every launch, then reports
   std::vector<int32_t> out(end - begin);
   check(cudaMemcpy(out.data(), st_->history + begin, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "tokens");
   return out;
@@ -805,8 +810,7 @@ void CudaExecutor::launch(uint32_t first, uint32_t count, uint32_t fed_from) {
 void CudaExecutor::finish() {
   check(cudaStreamSynchronize(st_->stream), "interpreter");
   if (!st_->pending.empty()) st_->release_pending(st_->pending.size() - 1);
-  ErrorRecord e{};
-  check(cudaMemcpy(&e, st_->error, sizeof e, cudaMemcpyDeviceToHost), "error record");
+  const ErrorRecord e = st_->read_error();
   if (e.code == 0) return;
   st_->reset_counters();
   const schedule::Schedule& s = *st_->s;

@@ -563,6 +563,11 @@ TEST_CASE("op attention and attn_reduce with some splits active: the rest write 
           if (split >= active) CHECK(std::count(out.begin() + at, out.begin() + at + c.hd + 2, 0.0f) == c.hd + 2);
           else CHECK(out[at + c.hd + 1] >= 1.0f);  // an active split's sum: its max's own term is 1
         }
+    // The inactive rows poisoned again: zeros would weigh nothing even if attn_reduce read them.
+    for (uint32_t g = 0; g < s.kv_heads; ++g)
+      for (uint32_t split = active; split < s.splits; ++split)
+        for (uint32_t r = 0; r < s.rep; ++r)
+          std::fill(out.begin() + c.out_index(g, split, r), out.begin() + c.out_index(g, split, r) + c.hd + 2, std::nanf(""));
     const AttnReducePayload rp = reduce_payload(c, c.p.out, c.heads);
     mk::device::cpu_run(rp, mk::test::step_context(pos, 3, s.max_context, 1, policy), c.mem.table());
     std::vector<double> plain;
