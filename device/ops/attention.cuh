@@ -421,8 +421,7 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
       float acc = last ? wm[W * rep + r] * bf16_to_f32(vcur16[e]) : 0.0f;
       for (uint32_t w = 0; w < W; ++w) acc = fmaf(wm[w * rep + r], wo[(w * rep + r) * hd + e], acc);
       // reduce_out and the partials as the executor lays them out (tagged or not: handoff.cuh)
-      if (reduced && tagged_field(2)) store_tagged(reduced + i, acc / head_sum[r], handoff.bit);
-      else if (reduced) reduced[i] = acc / head_sum[r];
+      if (reduced) store_activation(reduced + i, acc / head_sum[r], tagged_field(2), handoff.bit);
       float* row = part + r * (hd + 2);
       store_activation(row + e, acc, tagged_field(1), handoff.bit);
       if (e == 0)

@@ -65,8 +65,7 @@ __device__ __noinline__ void attn_reduce_body(const schedule::AttnReducePayload&
       if (!polled || !(stale & 1u)) break;
       if (!keep_polling(round, start, p.in, bit ^ 1u)) return;  // the launch aborts (handoff.failed)
     }
-    if (tagged) store_tagged(out + uint64_t{h} * hd + e, acc / L, bit);
-    else out[uint64_t{h} * hd + e] = acc / L;
+    store_activation(out + uint64_t{h} * hd + e, acc / L, tagged, bit);
   }
 }
 }  // namespace detail

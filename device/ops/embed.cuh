@@ -25,8 +25,7 @@ __device__ inline void gpu_run(const schedule::EmbedPayload& p, const schedule::
   const uint32_t bit = detail::handoff.bit;
   for (uint32_t c = p.col_begin + threadIdx.x; c < p.col_end; c += kThreads) {
     const float v = token < p.vocab ? bf16_to_f32(table[uint64_t{token} * p.hidden + c]) : __int_as_float(0x7fc00000);
-    if (tagged) store_tagged(out + c, v, bit);
-    else out[c] = v;
+    store_activation(out + c, v, tagged, bit);
   }
 }
 

@@ -413,8 +413,7 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
       while (p.row_begin + i >= p.weight_row_end[s]) first = p.weight_row_end[s++];
       if (p.bias[s] != schedule::kNone) b = bf16_to_f32(mem.at<const uint16_t>(p.bias[s])[p.row_begin + i - first]);
     }
-    if (out_tagged) store_tagged(out + p.row_begin + i, r + (y + b), out_bit);
-    else out[p.row_begin + i] = r + (y + b);
+    store_activation(out + p.row_begin + i, r + (y + b), out_tagged, out_bit);
   }
   return bc.ring.next_tile;
 }
