@@ -30,37 +30,45 @@ __device__ __noinline__ void attn_reduce_body(const schedule::AttnReducePayload&
     const float* first = in + (uint64_t{g} * S * p.rep + r) * (hd + 2);
     const uint64_t stride = uint64_t{p.rep} * (hd + 2);  // from one split's partial to the next
     // All of a thread's loads are independent: issue them before using any (latency, not
-    // bandwidth, is what this op costs). Eight splits at a time without a branch, those past A
-    // reading split A - 1 again (the max stays, the weight is 0): `#pragma unroll 8` over
-    // s < A ran the remainder of a count that is not a multiple of 8 (5 to 7 splits at 257-448
-    // positions on Llama-3.1-8B and Qwen3-4B) one dependent load at a time: 1.5-4 % of those
-    // steps (bench/NOTES.md 110). Tagged partials (no counter to wait for) are polled: each
-    // value's lowest bit says whether this step wrote it, and the thread loads all of its
-    // values again while any is stale (handoff.cuh).
+    // bandwidth, is what this op costs). One pass over the splits, kBatch at a time, each split's
+    // max, sum and value loaded together and folded in by an online rescale: a round of polling
+    // is one L2 round trip per kBatch splits. Two passes (the maxima first, then the sums and
+    // values with the max known) took two round trips per eight splits, four at 16 splits
+    // (bench/NOTES.md 120). A batch is taken whole without a branch, the splits past A reading
+    // split A - 1 again with weight 0: a remainder loop ran one dependent load at a time (NOTES
+    // 110). Up to kBatch splits the sums are those of two passes, bit for bit (one batch, and M
+    // is -inf before it). Tagged partials (no counter to wait for) are polled: each value's
+    // lowest bit says whether this step wrote it, and the thread loads all of its values again
+    // while any is stale (handoff.cuh).
+    constexpr uint32_t kBatch = 16;
     float M, L, acc;
     uint64_t start = 0;
     for (uint32_t round = 0;; ++round) {
       uint32_t stale = 0;
       M = -INFINITY, L = 0, acc = 0;
-      for (uint32_t s0 = 0; s0 < A; s0 += 8) {
+      for (uint32_t s0 = 0; s0 < A; s0 += kBatch) {
+        float m[kBatch], l[kBatch], a[kBatch];
 #pragma unroll
-        for (uint32_t j = 0; j < 8; ++j) {
-          const float m = load_tagged(first + min(s0 + j, A - 1) * stride + hd);
-          stale |= __float_as_uint(m) ^ bit;
-          M = fmaxf(M, untagged(m));
-        }
-      }
-      for (uint32_t s0 = 0; s0 < A; s0 += 8) {
-#pragma unroll
-        for (uint32_t j = 0; j < 8; ++j) {
+        for (uint32_t j = 0; j < kBatch; ++j) {
           const float* part = first + min(s0 + j, A - 1) * stride;
-          // An empty split's max is -inf and its sum 0: exact again once untagged.
-          const float m = untagged(load_tagged(part + hd)), l = load_tagged(part + hd + 1), a = load_tagged(part + e);
-          stale |= (__float_as_uint(l) ^ bit) | (__float_as_uint(a) ^ bit);  // m: checked above
-          const float w = s0 + j >= A || untagged(l) == 0 ? 0.0f : expf(m - M);
-          L += w * l;
-          acc += w * a;
+          m[j] = load_tagged(part + hd), l[j] = load_tagged(part + hd + 1), a[j] = load_tagged(part + e);
         }
+        float mb = M;
+#pragma unroll
+        for (uint32_t j = 0; j < kBatch; ++j) {
+          stale |= (__float_as_uint(m[j]) ^ bit) | (__float_as_uint(l[j]) ^ bit) | (__float_as_uint(a[j]) ^ bit);
+          m[j] = untagged(m[j]);  // an empty split's max is -inf and its sum 0: exact again once untagged
+          mb = fmaxf(mb, m[j]);
+        }
+        const float c = M == -INFINITY ? 0.0f : expf(M - mb);  // what was summed, to the new max
+        L *= c, acc *= c;
+#pragma unroll
+        for (uint32_t j = 0; j < kBatch; ++j) {
+          const float w = s0 + j >= A || untagged(l[j]) == 0 ? 0.0f : expf(m[j] - mb);
+          L += w * l[j];
+          acc += w * a[j];
+        }
+        M = mb;
       }
       if (!polled || !(stale & 1u)) break;
       if (!keep_polling(round, start, p.in, bit ^ 1u)) return;  // the launch aborts (handoff.failed)
