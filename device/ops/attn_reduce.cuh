@@ -40,7 +40,7 @@ __device__ __noinline__ void attn_reduce_body(const schedule::AttnReducePayload&
     // is -inf before it). Tagged partials (no counter to wait for) are polled: each value's
     // lowest bit says whether this step wrote it, and the thread loads all of its values again
     // while any is stale (handoff.cuh).
-    constexpr uint32_t kBatch = 16;
+    constexpr uint32_t kBatch = 8;
     float M, L, acc;
     uint64_t start = 0;
     for (uint32_t round = 0;; ++round) {
