@@ -26,7 +26,7 @@ for ((v = 0; v < ${#bins[@]}; ++v)); do
   echo "build $v: $(name "${bins[v]}" "${args[v]}")$([ $v = 0 ] && echo ", the base")"
   mkdir -p "/tmp/mk-ab/$v"
   if [ $v -gt 0 ] && [ "${TESTS:-1}" != 0 ] && [ -z "${args[v]}" ]; then
-    timeout 200 "${bins[v]}/mk_gpu_tests" > "$LOG/gpu_tests-$v.txt" 2>&1
+    timeout 260 "${bins[v]}/mk_gpu_tests" > "$LOG/gpu_tests-$v.txt" 2>&1
     grep -E "ERROR|FAILED|test cases|assertions" "$LOG/gpu_tests-$v.txt" | head -20
   fi
 done

@@ -46,8 +46,8 @@ echo "commit: $(cat "$BIN/COMMIT" 2>/dev/null || echo unknown)"
 
 if [ "${GPU_TESTS:-1}" != 0 ]; then
   step "GPU tests"
-  # The suite takes ~117 s on a warm machine (fa121ab); 120 s cut it short on a cold one.
-  bounded 200 "$BIN/mk_gpu_tests" || status=1
+  # The suite took ~117 s at fa121ab and 183 s at 5e78137 (20 test cases) on a cold machine.
+  bounded 260 "$BIN/mk_gpu_tests" || status=1
 fi
 
 if [ "${SAN_ONLY:-0}" != 1 ]; then
