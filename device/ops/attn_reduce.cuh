@@ -34,7 +34,7 @@ __device__ __noinline__ void attn_reduce_body(const schedule::AttnReducePayload&
     // max, sum and value loaded together and folded in by an online rescale: a round of polling
     // is one L2 round trip per kBatch splits. Two passes (the maxima first, then the sums and
     // values with the max known) took two round trips per eight splits, four at 16 splits
-    // (bench/NOTES.md 120). A batch is taken whole without a branch, the splits past A reading
+    // (bench/NOTES.md 121). A batch is taken whole without a branch, the splits past A reading
     // split A - 1 again with weight 0: a remainder loop ran one dependent load at a time (NOTES
     // 110). Up to kBatch splits the sums are those of two passes, bit for bit (one batch, and M
     // is -inf before it). Tagged partials (no counter to wait for) are polled: each value's
