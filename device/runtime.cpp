@@ -177,7 +177,7 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
   auto chunk_from = [&](uint32_t done) { return std::min(chunk, (done < prompt - 1 ? prompt - 1 : steps) - done); };
   // Where the backend queues its runs, the next chunk is queued before the host reads one, so
   // that the GPU does not wait while the host copies a chunk's tokens back and hands them on
-  // (that wait put mkrun's decode 4 % over mkbench's step on Llama-3.2-1B; bench/NOTES.md 118).
+  // (that wait put mkrun's decode 4 % over mkbench's step on Llama-3.2-1B; bench/NOTES.md 119).
   // The logits are then checked for the first chunk's last step, before a second is queued,
   // and for the last step run: NaN or Inf weights show in every step, and a NaN a step makes
   // before a layer's k and v reaches every later step through the KV cache. Otherwise every

@@ -717,6 +717,7 @@ bool CudaExecutor::tagged(uint32_t tensor) const { return st_->layouts.at(tensor
 uint32_t CudaExecutor::device_waits(uint32_t instruction, bool short_step) const {
   return schedule::wait_range(st_->queues.instructions.at(instruction), short_step).count;
 }
+size_t CudaExecutor::launches_pending() const { return st_->pending.size(); }
 uint32_t CudaExecutor::device_signals(uint32_t instruction, bool short_step) const {
   return schedule::signal_range(st_->queues.instructions.at(instruction), short_step).count;
 }

@@ -74,6 +74,8 @@ class CudaExecutor {
   // meanwhile) instead of for a new launch. With tracing on, one launch per step. finish()
   // waits and checks.
   void launch(uint32_t first, uint32_t count, uint32_t fed_from);
+  // The launches whose event launch(), tokens() or finish() has not yet taken back (ended or not).
+  size_t launches_pending() const;
   // Throws WatchdogError (after which the executor has reset its counters and stays usable) or
   // CudaError.
   void finish();
