@@ -23,7 +23,9 @@
 //      mbarrier arrival with release at cluster scope, waited for with acquire ("release");
 //      relaxed remote stores of values that carry the round, polled in the receiver's own shared
 //      memory ("tagged"); `st.async` stores that complete bytes on the receiver's mbarrier
-//      ("st.async"). Idle, and with every block's producer streaming meanwhile.
+//      ("st.async"). Idle, and with every block's producer streaming meanwhile. Beside each
+//      streaming row, the stream's bandwidth meanwhile: all bytes over the longest block's time,
+//      which reads low where the pairs end at different times (the global rows).
 //
 // Build (Hopper), from the repository's root:
 //   nvcc -O3 -std=c++20 -arch=sm_90a -I. -o cluster bench/probes/cluster.cu
@@ -106,8 +108,8 @@ __device__ __forceinline__ bool try_wait_cluster(uint64_t* bar, uint32_t parity)
       : "memory");
   return done != 0;
 }
-// A store into another block's shared memory that completes `bytes` of the transaction on its
-// mbarrier (the async proxy: no release, no fence of this SM's other traffic).
+// A store into another block's shared memory that completes its 4 bytes of the transaction on
+// that block's mbarrier (the async proxy: no release, no fence of this SM's other traffic).
 __device__ __forceinline__ void store_async(uint32_t addr, uint32_t v, uint32_t bar) {
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%0], %1, [%2];" ::"r"(addr), "r"(v), "r"(bar)
                : "memory");
