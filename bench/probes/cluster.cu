@@ -99,15 +99,6 @@ __device__ __forceinline__ void store_remote(uint32_t addr, uint32_t v) {
 __device__ __forceinline__ void arrive_remote(uint32_t bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
 }
-__device__ __forceinline__ bool try_wait_cluster(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-      : "=r"(done)
-      : "r"(smem_addr(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
 // A store into another block's shared memory that completes its 4 bytes of the transaction on
 // that block's mbarrier (the async proxy: no release, no fence of this SM's other traffic).
 __device__ __forceinline__ void store_async(uint32_t addr, uint32_t v, uint32_t bar) {
@@ -229,7 +220,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) probe_kernel(Params p) {
               if (!__any_sync(0xffffffffu, stale)) break;
             }
           } else {
-            while (!try_wait_cluster(mail_bar, (k - 1) & 1))
+            while (!mbar_try_wait<true>(mail_bar, (k - 1) & 1))
               if (late(p)) break;
             for (uint32_t i = lane; i < p.payload; i += 32) sum += mailbox[i];
             __syncwarp();
