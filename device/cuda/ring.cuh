@@ -98,23 +98,19 @@ __device__ __forceinline__ void mbar_expect_bytes(uint64_t* bar, uint32_t bytes)
 
 // kCluster: acquire at cluster scope, for a barrier that another block of the cluster arrives on
 // with release (bench/probes/cluster.cu; the interpreter's barriers are its own block's).
+#define MK_MBAR_TRY_WAIT(sem)                                                                               \
+  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity" sem ".shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}" \
+               : "=r"(done)                                                                                  \
+               : "r"(smem_addr(bar)), "r"(parity)                                                            \
+               : "memory")
 template <bool kCluster = false>
 __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done;
-  if constexpr (kCluster)
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-  else
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
+  if constexpr (kCluster) MK_MBAR_TRY_WAIT(".acquire.cluster");
+  else MK_MBAR_TRY_WAIT("");
   return done != 0;
 }
+#undef MK_MBAR_TRY_WAIT
 
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   while (!mbar_try_wait(bar, parity)) {
