@@ -577,6 +577,14 @@ check_max_context() {
   finish "mkrun --tokens 100 --max-context 4: says to raise --max-context, exit 1"
 }
 
+check_max_context_zero() {
+  begin
+  run "$MKRUN" s.bin w --backend emulator --max-context 0
+  clean_error mkrun 'max-context'
+  expect "it ran anyway" no_tokens
+  finish "mkrun --max-context 0: refused, not taken as the default, exit 1"
+}
+
 check_run_unwritable() {
   begin
   run "$MKRUN" s.bin w --backend emulator --tokens 2 --dump-logits /proc/nope/l.npy
@@ -884,6 +892,7 @@ check_weights_truncated
 check_prompt_ids
 check_backend_cuda
 check_max_context
+check_max_context_zero
 check_run_unwritable
 check_weights_tool_errors
 

@@ -46,7 +46,8 @@ int main(int argc, char** argv) {
   app.add_option("--backend", backend_name, "auto (the GPU when there is one), cuda or emulator")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cuda", "emulator"}));
-  app.add_option("--max-context", max_context, "KV-cache capacity in positions (default: prompt + tokens)");
+  app.add_option("--max-context", max_context, "KV-cache capacity in positions (default: prompt + tokens)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--dump-logits", dump, "write every step's logits (prompt steps included) as float32 .npy [steps, vocab]");
   app.add_option("--order", order, "emulator execution order: deterministic, or shuffled (seeded)")
       ->capture_default_str()
