@@ -1,8 +1,8 @@
 // The cost model: how long each instruction runs on the device, and the step time that follows
 // from the per-SM queues and their waits. Each op's terms are in its schedules/ops/<op>.cpp;
-// the constants were fitted to the H200 traces of 2026-11-30 and 2026-12-01, last at commit
-// 50c9370 (bench/NOTES.md, "The cost model"), and mkbench prints the prediction beside what it
-// measures.
+// the constants were fitted to the H200 traces and benchmarks of 2026-11-30 to 2026-12-04, last
+// to the f1621b0 visit's seven rows (bench/NOTES.md, "The cost model"), and mkbench prints the
+// prediction beside what it measures.
 #pragma once
 #include <cstdint>
 
@@ -15,8 +15,11 @@ namespace mk::schedule {
 struct CostModel {
   double stream_bytes_per_us = kStreamBytesPerUs / kDefaultSmCount;  // one SM's share of the weight stream
   double input_bytes_per_us = 34e3;  // an activation vector read from L2 by one SM (8 KB in 1.1 us, 32 KB in 1.8)
-  double task_us = 1.9;     // per instruction: its first round trip (matvec input 0.9-1.0 us), epilogue and signal (1.0-1.2)
-  double latency_us = 0.4;  // from the last signal to the waiting SM running (the trace's hops: 0.32-0.37 us)
+  // Per instruction beyond its bytes: its input's round trip, epilogue and signal, less what the
+  // ring streamed ahead during its wait (which the bytes term charges again); fitted, not a phase
+  // of the trace (where a matvec's input phase, its wait included, is ~2.3 us and its signal ~0.65).
+  double task_us = 0.9;
+  double latency_us = 0.35;  // from the last signal to the waiting SM running (the trace's hops: 0.32-0.37 us)
 };
 
 // Per op, in schedules/ops/<op>.cpp: the bytes an instruction streams from memory (weights, the
