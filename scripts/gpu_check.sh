@@ -2,7 +2,8 @@
 # Everything one visit to the GPU machine runs, most important first, each step bounded in time
 # so that one visit (at most 10 minutes a command) ends with results: the GPU tests, the
 # interpreter benchmark (bench/run.sh), the PyTorch baselines of the same shapes
-# (bench/torch_baseline.py; BASELINES=0 skips them, COMPILE=0 skips torch.compile; LONG=1 adds
+# (bench/torch_baseline.py; BASELINES=0 skips them, COMPILE=0 skips torch.compile; STAGES="0 10 9 8"
+# adds a sweep of the weight ring's depth after the benchmark, in QUICK mode too; LONG=1 adds
 # contexts of 8192 and 32768 with their baselines and the comparison after an 8300-token prompt,
 # LONG=only runs the GPU tests, the benchmark and that set alone), the comparisons with transformers (the
 # examples, then models planned straight from config.json: tests/gpu/hf_import_check.sh), mkrun
@@ -53,6 +54,19 @@ fi
 if [ "${SAN_ONLY:-0}" != 1 ]; then
 step "interpreter benchmark"
 bounded 180 bash bench/run.sh "$BIN" "$LOG" || status=1
+if [ -n "${STAGES:-}" ]; then  # what the weight ring's depth buys, on the schedules bench/run.sh planned
+  step "ring depth sweep: mkbench --stages N for N in $STAGES (0: as many as shared memory holds), two rounds"
+  for round in 1 2; do
+    for spec in "llama-3.2-1b 512" "llama-3.2-1b 32" "qwen3-4b 8192" "llama-3.1-8b 512"; do
+      set -- $spec
+      for n in $STAGES; do
+        line=$(bounded 60 "$BIN/mkbench" "/tmp/mk-bench/$1-round-robin.bin" --context "$2" --reps 30 --stages "$n" |
+          grep -m1 "step (median") || status=1
+        echo "round $round, $1 at $2, stages $n: ${line#*: }"
+      done
+    done
+  done
+fi
 if [ "${QUICK:-0}" = 1 ]; then
   step "result"
   [ $status = 0 ] && echo "all GPU checks passed" || echo "SOME GPU CHECKS FAILED"
