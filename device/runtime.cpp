@@ -137,11 +137,12 @@ void check_context_memory(const schedule::Schedule& s, uint64_t max_context, uin
                                 show_bytes(available) + " there is; lower --max-context");
 }
 
-void check_finite_logits(std::span<const float> logits, uint32_t step, uint32_t steps) {
+void check_finite_logits(std::span<const float> logits, uint32_t step, uint32_t steps, uint32_t first_position) {
   for (size_t i = 0; i < logits.size(); ++i) {
     if (std::isfinite(logits[i])) continue;
     std::ostringstream o;
-    o << "step " << step + 1 << " of " << steps << " (position " << step << ") produced a non-finite logit ("
+    o << "step " << step + 1 << " of " << steps << " (position " << uint64_t{first_position} + step
+      << ") produced a non-finite logit ("
       << logits[i] << " at vocabulary index " << i
       << "): the weights or the computation hold NaN or Inf, so its token would be meaningless";
     throw std::runtime_error(o.str());
@@ -160,15 +161,16 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
       throw std::invalid_argument("prompt token " + std::to_string(id) + " is outside the vocabulary [0, " +
                                   std::to_string(vocab) + ")");
   const uint64_t all_steps = opt.prompt.size() + (opt.tokens ? uint64_t{opt.tokens} - 1 : 0);
-  if (all_steps > max_context)
-    throw std::invalid_argument(std::to_string(all_steps) + " steps do not fit a context of " + std::to_string(max_context) +
-                                " positions; raise --max-context");
-  const uint32_t steps = static_cast<uint32_t>(all_steps);
+  if (opt.start + all_steps > max_context)
+    throw std::invalid_argument(std::to_string(all_steps) + " steps" +
+                                (opt.start ? " after " + std::to_string(opt.start) + " positions" : std::string()) +
+                                " do not fit a context of " + std::to_string(max_context) + " positions; raise --max-context");
+  const uint32_t steps = static_cast<uint32_t>(all_steps), at = opt.start;  // at: the first step's position
   const uint32_t prompt = static_cast<uint32_t>(opt.prompt.size());
   GenerateResult r;
   const auto start = std::chrono::steady_clock::now();
   auto decode_start = start;  // a prompt of one token: the first step decodes
-  backend.set_tokens(0, opt.prompt);
+  backend.set_tokens(at, opt.prompt);
   // Chunks of kDecodeChunk steps (one step where every step's logits are kept): the prompt's
   // steps up to its last one, then the rest, so that the decode time starts at that step. Each
   // step feeds the next from its own greedy token once past the prompt, on the backend's side;
@@ -186,19 +188,19 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
   uint32_t queued = 0;  // steps run or queued
   auto queue = [&] {
     const uint32_t n = chunk_from(queued);
-    backend.run(queued, n, prompt);
+    backend.run(at + queued, n, at + prompt);
     queued += n;
   };
   auto check_logits = [&](uint32_t step) {
     std::vector<float> logits = backend.logits();
-    check_finite_logits(logits, step, steps);
+    check_finite_logits(logits, step, steps, at);
     if (opt.keep_logits) r.logits.push_back(std::move(logits));
   };
   for (uint32_t done = 0; done < steps && !r.stopped;) {
     const uint32_t n = chunk_from(done);
     if (queued == done) queue();                       // this chunk
     if (ahead && done > 0 && queued < steps) queue();  // and, past the first, the next before reading this one
-    const std::vector<int32_t> fed = backend.history(done + 1, done + n + 1);
+    const std::vector<int32_t> fed = backend.history(at + done + 1, at + done + n + 1);
     if (!ahead || done == 0) check_logits(done + n - 1);
     if (done + n == prompt - 1) decode_start = std::chrono::steady_clock::now();  // the prompt's steps have run
     for (uint32_t i = 0; i < n; ++i) {

@@ -75,6 +75,11 @@ inline constexpr uint32_t kDecodeChunk = 16;
 
 struct GenerateOptions {
   std::vector<int32_t> prompt;  // at least one token
+  // Positions the backend's KV cache already holds from earlier calls on it (a conversation's
+  // turns): the prompt is decoded from this position on. 0 for a fresh backend. The token at the
+  // position before (what the last call generated but did not decode) is not in the cache: a
+  // continuation's prompt starts with whatever should stand there.
+  uint32_t start = 0;
   uint32_t tokens = 16;         // greedy tokens to produce
   bool keep_logits = false;     // every step's logits, prompt steps included
   // Called after each step: (steps done, steps in all, token produced by that step).
@@ -94,7 +99,8 @@ struct GenerateResult {
 };
 
 // Prefill as decode steps over the prompt, then greedy decoding. Checks the prompt ids against
-// the vocabulary and the step count against the context before the first step.
+// the vocabulary and the step count (from opt.start) against the context before the first step.
+// Steps, on_step's counts and the logits are this call's, counted from its first step.
 GenerateResult generate(Backend&, const schedule::Schedule&, const GenerateOptions&, uint32_t max_context);
 
 // Bytes of activations and KV caches (not weights) a backend holds for a context of
@@ -107,8 +113,9 @@ std::string show_bytes(uint64_t bytes);  // "N bytes (X.Y GiB)"
 // it before allocating.
 void check_context_memory(const schedule::Schedule&, uint64_t max_context, uint64_t available, const std::string& memory);
 // The check generate() makes after every step: throws naming the step (0-based `step` of
-// `steps`) when a logit is NaN or Inf. One pass over the vocabulary on the host.
-void check_finite_logits(std::span<const float> logits, uint32_t step, uint32_t steps);
+// `steps`, at position first_position + step) when a logit is NaN or Inf. One pass over the
+// vocabulary on the host.
+void check_finite_logits(std::span<const float> logits, uint32_t step, uint32_t steps, uint32_t first_position = 0);
 
 // Writes a float32 .npy array [rows, cols] (rows of equal length), through io::OutputFile; the
 // second form writes into one opened earlier (mkrun opens it before the run) and commits it.

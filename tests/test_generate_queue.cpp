@@ -134,3 +134,89 @@ TEST_CASE("generate on a queuing backend: non-finite logits are refused, from th
   QueuedEmulator later(f.emulator(), 30);
   CHECK_THROWS_WITH(mk::device::generate(later, f.s, go, f.ro.max_context), doctest::Contains("position 41"));
 }
+
+// A conversation's later turn (GenerateOptions::start): decoded on the same backend after the
+// positions the turns before it left in the KV cache, it gives what one call over the whole
+// token sequence gives. The token the turn before generated last was never decoded, so the
+// later turn's prompt stands at that position.
+namespace {
+
+// The whole sequence a fresh backend decodes for turn 2: turn 1's prompt, the tokens it decoded
+// (all it generated but the last), turn 2's prompt.
+std::vector<int32_t> conversation(const std::vector<int32_t>& first, const mk::device::GenerateResult& r1,
+                                  const std::vector<int32_t>& second) {
+  std::vector<int32_t> all = first;
+  all.insert(all.end(), r1.tokens.begin(), r1.tokens.end() - 1);
+  all.insert(all.end(), second.begin(), second.end());
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("generate: a later turn from GenerateOptions::start decodes as one call over the whole sequence") {
+  const Fixture f;
+  mk::device::GenerateOptions turn1;
+  turn1.prompt = {4, 9, 2};
+  turn1.tokens = 12;
+  int seen = 0;
+  turn1.stop = [&](int32_t) { return ++seen == 5; };
+  auto backend = f.emulator();
+  const mk::device::GenerateResult r1 = mk::device::generate(*backend, f.s, turn1, f.ro.max_context);
+  REQUIRE(r1.stopped);
+  REQUIRE(r1.steps == 3 + 4);
+
+  mk::device::GenerateOptions turn2;
+  turn2.prompt = {r1.tokens.back(), 7, 8, 1};
+  turn2.start = r1.steps;
+  turn2.tokens = 20;
+  turn2.keep_logits = true;
+  std::vector<uint32_t> counts;
+  turn2.on_step = [&](uint32_t done, uint32_t all, int32_t) { counts.push_back(all - done); };
+  const mk::device::GenerateResult r2 = mk::device::generate(*backend, f.s, turn2, f.ro.max_context);
+  CHECK(r2.steps == 4 + 19);
+  CHECK(counts.front() == 22);  // on_step counts this call's steps
+  CHECK(r2.logits.size() == 23);
+
+  mk::device::GenerateOptions whole;
+  whole.prompt = conversation(turn1.prompt, r1, turn2.prompt);
+  whole.tokens = 20;
+  whole.keep_logits = true;
+  auto fresh = f.emulator();
+  const mk::device::GenerateResult want = mk::device::generate(*fresh, f.s, whole, f.ro.max_context);
+  CHECK(r2.tokens == want.tokens);
+  REQUIRE(want.logits.size() == r1.steps + r2.logits.size());
+  for (size_t i = 0; i < r2.logits.size(); ++i) CHECK(r2.logits[i] == want.logits[r1.steps + i]);  // bit for bit
+
+  // The context bounds the whole conversation, not the turn.
+  turn2.start = f.ro.max_context - 10;
+  CHECK_THROWS_WITH(mk::device::generate(*backend, f.s, turn2, f.ro.max_context),
+                    "23 steps after 54 positions do not fit a context of 64 positions; raise --max-context");
+}
+
+TEST_CASE("generate on a queuing backend: a later turn overwrites what the steps queued past a stop left") {
+  const Fixture f;
+  mk::device::GenerateOptions turn1;
+  turn1.prompt = {4, 9, 2};
+  turn1.tokens = 40;
+  int seen = 0;
+  turn1.stop = [&](int32_t) { return ++seen == 20; };
+  QueuedEmulator queued(f.emulator(), ~0u);
+  const mk::device::GenerateResult r1 = mk::device::generate(queued, f.s, turn1, f.ro.max_context);
+  REQUIRE(r1.steps == 22);
+  REQUIRE(queued.log.back() == "read 18");  // the chunk from 34 ran: positions 22 to 41 hold its k and v
+
+  mk::device::GenerateOptions turn2;
+  turn2.prompt = {3, 3, 5};
+  turn2.start = r1.steps;
+  turn2.tokens = 30;
+  const mk::device::GenerateResult r2 = mk::device::generate(queued, f.s, turn2, f.ro.max_context);
+  CHECK(queued.log[7] == "run 22");  // from where turn 1's tokens ended
+
+  mk::device::GenerateOptions whole;
+  whole.prompt = conversation(turn1.prompt, r1, turn2.prompt);
+  whole.tokens = 30;
+  auto fresh = f.emulator();
+  const mk::device::GenerateResult want = mk::device::generate(*fresh, f.s, whole, f.ro.max_context);
+  CHECK(r2.tokens == want.tokens);
+  CHECK(r2.tokens.size() == 30);
+}
