@@ -284,6 +284,31 @@ TEST_CASE("chat: Llama-3 header format as the reference renders the model's temp
   }
 }
 
+TEST_CASE("chat: a conversation's later turns read as the reference renders the whole conversation") {
+  const Tokenizer& t = real("llama3_1");
+  const json golden = json::parse(slurp(kDir / "golden" / "llama3_1-chat-turns.json"));
+  REQUIRE(golden.size() == 2);
+  for (const json& g : golden) {
+    const std::optional<std::string> system = g.at("system").is_null() ? std::nullopt : std::optional(g.at("system").get<std::string>());
+    const auto turns = g.at("turns").get<std::vector<std::string>>();
+    // Turn by turn as mkrun --interactive feeds them: the first prompt, the reply as the model
+    // wrote it (up to its end token), the next turn's prompt, ...
+    mk::tok::Chat first = mk::tok::make_chat(t, turns[0], system);
+    std::string text = first.text;
+    std::vector<int32_t> ids = first.ids;
+    for (size_t i = 1; i < turns.size(); ++i) {
+      const mk::tok::Chat next = mk::tok::make_chat_turn(t, turns[i]);
+      const bool reply = i % 2 == 1;
+      const std::vector<int32_t> more = reply ? t.encode(turns[i], {.add_special = false}) : next.ids;
+      text += reply ? turns[i] : next.text;
+      ids.insert(ids.end(), more.begin(), more.end());
+      if (!reply) CHECK(next.end_ids == std::vector<int32_t>{128009});
+    }
+    CHECK(text == g.at("text").get<std::string>());
+    CHECK(ids == g.at("ids").get<std::vector<int32_t>>());
+  }
+}
+
 TEST_CASE("chat: ChatML for Qwen3, as its template writes it") {
   const Tokenizer& t = real("qwen3");
   CHECK(mk::tok::detect_chat_format(t) == mk::tok::ChatFormat::chatml);
@@ -295,6 +320,13 @@ TEST_CASE("chat: ChatML for Qwen3, as its template writes it") {
   const mk::tok::Chat b = mk::tok::make_chat(t, "Hi", std::string("Be brief."));
   CHECK(b.text == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   CHECK(b.ids == t.encode(b.text));
+  CHECK(b.ids == t.encode(b.text));
+  // A later turn closes the reply before it (<|im_end|>, then the newline the template writes).
+  const mk::tok::Chat c = mk::tok::make_chat_turn(t, "And now?");
+  CHECK(c.text == "<|im_end|>\n<|im_start|>user\nAnd now?<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(c.ids.front() == 151645);
+  CHECK(c.ids == t.encode(c.text, {.add_special = false}));
+  CHECK(c.end_ids == std::vector<int32_t>{151645});
 }
 
 TEST_CASE("chat: a template that is neither format is a clear error") {

@@ -19,6 +19,29 @@ int32_t need(const Tokenizer& t, const char* token) {
   return *id;
 }
 
+std::string llama3_header(const std::string& role) { return "<|start_header_id|>" + role + "<|end_header_id|>\n\n"; }
+
+// The user's message and the assistant's generation prompt, in either format.
+std::string user_turn(ChatFormat f, const std::string& user) {
+  if (f == ChatFormat::llama3) return llama3_header("user") + trim(user) + "<|eot_id|>" + llama3_header("assistant");
+  return "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
+}
+
+// The format, and the tokens that end the assistant's turn (checked present in the vocabulary).
+Chat chat_of(const Tokenizer& t) {
+  Chat c;
+  c.format = detect_chat_format(t);
+  if (c.format == ChatFormat::llama3) {
+    need(t, "<|start_header_id|>");
+    c.end_ids.push_back(need(t, "<|eot_id|>"));
+  } else {
+    c.end_ids.push_back(need(t, "<|im_end|>"));
+  }
+  return c;
+}
+
+void encode(const Tokenizer& t, Chat& c) { c.ids = t.encode(c.text, {.add_special = false, .parse_special = true}); }
+
 }  // namespace
 
 ChatFormat detect_chat_format(const Tokenizer& t) {
@@ -38,36 +61,34 @@ ChatFormat detect_chat_format(const Tokenizer& t) {
 }
 
 Chat make_chat(const Tokenizer& t, const std::string& user, const std::optional<std::string>& system) {
-  Chat c;
-  c.format = detect_chat_format(t);
+  Chat c = chat_of(t);
   const std::string& tpl = t.chat_template();
+  std::string text;
   if (c.format == ChatFormat::llama3) {
-    need(t, "<|start_header_id|>");
-    c.end_ids.push_back(need(t, "<|eot_id|>"));
-    auto header = [](const std::string& role) { return "<|start_header_id|>" + role + "<|end_header_id|>\n\n"; };
-    std::string text;
     if (t.bos_id()) text += t.token_string(*t.bos_id());  // the template's bos_token
     if (has(tpl, "Cutting Knowledge Date")) {
       // Llama 3.1+: the system turn is always there, with the template's default dates.
-      text += header("system") + "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n" +
+      text += llama3_header("system") + "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n" +
               (system ? trim(*system) : "") + "<|eot_id|>";
     } else if (system) {
-      text += header("system") + trim(*system) + "<|eot_id|>";
+      text += llama3_header("system") + trim(*system) + "<|eot_id|>";
     }
-    text += header("user") + trim(user) + "<|eot_id|>" + header("assistant");
-    c.text = text;
   } else {
-    c.end_ids.push_back(need(t, "<|im_end|>"));
-    std::string text;
     std::optional<std::string> sys = system;
     // Qwen2.5's template puts in a default system message when none is given.
     const char* qwen25 = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
     if (!sys && has(tpl, qwen25)) sys = qwen25;
     if (sys) text += "<|im_start|>system\n" + *sys + "<|im_end|>\n";
-    text += "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
-    c.text = text;
   }
-  c.ids = t.encode(c.text, {.add_special = false, .parse_special = true});
+  c.text = text + user_turn(c.format, user);
+  encode(t, c);
+  return c;
+}
+
+Chat make_chat_turn(const Tokenizer& t, const std::string& user) {
+  Chat c = chat_of(t);
+  c.text = (c.format == ChatFormat::llama3 ? "<|eot_id|>" : "<|im_end|>\n") + user_turn(c.format, user);
+  encode(t, c);
   return c;
 }
 

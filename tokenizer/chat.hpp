@@ -28,4 +28,10 @@ ChatFormat detect_chat_format(const Tokenizer&);
 // appended, as the model's chat template renders it.
 Chat make_chat(const Tokenizer&, const std::string& user, const std::optional<std::string>& system);
 
+// A later turn of the same conversation, to follow the assistant's reply to the one before: the
+// end of that reply (its end token: the one generation stopped at, or the one a reply cut short
+// lacks), then the user's message and the assistant's generation prompt, so that the turns
+// concatenated read as the template renders the whole conversation.
+Chat make_chat_turn(const Tokenizer&, const std::string& user);
+
 }  // namespace mk::tok

@@ -39,6 +39,22 @@ for (const model of ["llama3_1", "qwen3", "llama2"]) {
       chats.push({ system, user, text, ids: tokenizer.encode(text, { add_special_tokens: false }) });
     }
     if (chats.length) fs.writeFileSync(path.join(here, "golden", model + "-chat.json"), JSON.stringify(chats, null, 1) + "\n");
+    // Conversations of several turns (user, assistant, user, ...), with the generation prompt.
+    const conversations = [];
+    for (const [system, turns] of [[null, ["Hi", "Hello! How can I help?", "Write a haiku about GPUs"]],
+                                   ["You are terse.", ["  Hi there!\n", "Hi.", " And now? ", "Now what?", "日本語で 🎉"]]]) {
+      const messages = system === null ? [] : [{ role: "system", content: system }];
+      turns.forEach((content, i) => messages.push({ role: i % 2 ? "assistant" : "user", content }));
+      let text;
+      try {
+        text = tokenizer.apply_chat_template(messages, { tokenize: false, add_generation_prompt: true });
+      } catch (e) {
+        break;
+      }
+      conversations.push({ system, turns, text, ids: tokenizer.encode(text, { add_special_tokens: false }) });
+    }
+    if (conversations.length)
+      fs.writeFileSync(path.join(here, "golden", model + "-chat-turns.json"), JSON.stringify(conversations, null, 1) + "\n");
   }
   const file = path.join(here, "golden", model + ".json");
   fs.writeFileSync(file, "[\n" + out.map((x) => JSON.stringify(x)).join(",\n") + "\n]\n");
