@@ -226,11 +226,58 @@ check_sampling() {
   finish "mkrun --temperature/--top-k/--seed on a schedule with a sample op: greedy at 0, reproducible per seed"
 }
 
+# run_with_input FILE CMD...: run, with stdin from FILE.
+run_with_input() {
+  local input=$1
+  shift
+  LAST="$* < $input"
+  "${TIMEOUT[@]}" "$@" <"$input" >"$WORK/stdout" 2>"$WORK/stderr"
+  RC=$?
+}
+
+check_interactive() {
+  begin
+  printf 'Hi\n\nHow are you?\r\n' >turns.txt
+  run_with_input turns.txt "$MKRUN" s.bin w "${EMU[@]}" --interactive
+  expect "exit $RC" rc_is 0
+  expect "stdout is '$(cat stdout)', expected two replies" stdout_is $'oké!\noké!'
+  # Turn 1: BOS, the user header, "Hi", the assistant header (25 tokens), then 6 generated, the
+  # last (<|eot_id|>) not decoded: 30 positions. Turn 2 starts with that <|eot_id|>, no BOS: 35
+  # tokens for "How are you?" (its \r dropped), and 40 positions more. The empty line is skipped.
+  expect "turn 1's prompt or positions" err_has '^\[prompt 25 tokens, .*; reply 6 tokens, .*; context 30 of 4096\]$'
+  expect "turn 2's prompt or positions" err_has '^\[prompt 35 tokens, .*; reply 6 tokens, .*; context 70 of 4096\]$'
+  expect "stderr has $(wc -l <stderr) lines, expected 2" test "$(wc -l <stderr)" -eq 2
+  printf 'second\n' >turn2.txt
+  run_with_input turn2.txt "$MKRUN" s.bin w "${EMU[@]}" -i --prompt first --system "Be brief." --tokens 3
+  expect "--prompt then stdin: stdout is '$(cat stdout)'" stdout_is $'ok\xEF\xBF\xBD\nok\xEF\xBF\xBD'
+  expect "--tokens 3 is not each reply's maximum" test "$(grep -c 'reply 3 tokens, .*cut at --tokens' stderr)" -eq 2
+  expect "--system is not in the first turn's prompt" err_has '^\[prompt 48 tokens'
+  finish "mkrun --interactive: a reply a line of stdin (after --prompt), earlier turns kept in the KV cache, each turn's prompt from where the last ended"
+  begin
+  printf 'one\ntwo\nthree\n' >three.txt
+  run_with_input three.txt "$MKRUN" s.bin w "${EMU[@]}" -i --max-context 70
+  expect "exit $RC, expected 1" rc_is 1
+  expect "stdout is '$(cat stdout)', expected the two replies that fit" stdout_is $'oké!\noké!'
+  expect "the last stderr line is not the error" test "$(tail -n 1 stderr)" == \
+    "mkrun: the conversation has filled its context: 62 positions used, 28 more asked, 70 in all; raise --max-context"
+  finish "mkrun --interactive: a turn past --max-context ends the conversation with one clear line, exit 1"
+  begin
+  run "$MKRUN" s.bin w "${EMU[@]}" -i --json
+  clean_error mkrun "--interactive does not take --json"
+  run "$MKRUN" s.bin w "${EMU[@]}" -i --prompt-ids 1,2
+  clean_error mkrun "--interactive takes text"
+  run "$MKRUN" s.bin w "${EMU[@]}" -i --tokens 0
+  clean_error mkrun "--tokens of at least 1"
+  run "$MKRUN" s.bin w "${EMU[@]}" --chat
+  clean_error mkrun "--chat needs --prompt or --prompt-file \(or --interactive\)"
+  finish "mkrun --interactive refuses --json, --prompt-ids and --tokens 0; --chat alone names --interactive"
+}
+
 check_help() {
   begin
   run "$MKRUN" --help
   local opt
-  for opt in --prompt --prompt-file --chat --system --ignore-eos --json --tokenizer --temperature --top-k --top-p --seed; do
+  for opt in --prompt --prompt-file --chat --interactive --system --ignore-eos --json --tokenizer --temperature --top-k --top-p --seed; do
     expect "mkrun --help does not mention $opt" out_has "(^|[^-[:alnum:]])$opt([^-[:alnum:]]|\$)"
   done
   run "$MKTOKEN" --help
@@ -253,6 +300,7 @@ check_json
 check_prompt_ids_unchanged
 check_text_errors
 check_sampling
+check_interactive
 
 echo "$PASSED passed, $FAILED failed"
 [[ $FAILED -eq 0 ]]

@@ -60,6 +60,8 @@ ChatFormat detect_chat_format(const Tokenizer& t) {
                        "does not know this model's chat format");
 }
 
+std::vector<int32_t> chat_end_ids(const Tokenizer& t) { return chat_of(t).end_ids; }
+
 Chat make_chat(const Tokenizer& t, const std::string& user, const std::optional<std::string>& system) {
   Chat c = chat_of(t);
   const std::string& tpl = t.chat_template();

@@ -23,6 +23,9 @@ struct Chat {
 
 // Throws TokenizerError when the template is not one of the formats above (naming what it saw).
 ChatFormat detect_chat_format(const Tokenizer&);
+// The tokens that end the assistant's turn in that format (throws as detect_chat_format does, or
+// when the tokenizer lacks the format's tokens).
+std::vector<int32_t> chat_end_ids(const Tokenizer&);
 
 // One user message (and an optional system message) with the assistant's generation prompt
 // appended, as the model's chat template renders it.

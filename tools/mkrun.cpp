@@ -13,6 +13,7 @@
 
 #include "device/runtime.hpp"
 #include "schedules/ops/sample.hpp"
+#include "tools/mkrun_chat.hpp"
 #include "tools/mkrun_text.hpp"
 
 
@@ -23,12 +24,14 @@ int main(int argc, char** argv) {
       "the token ids and the time per token. The CPU emulator runs where there is no GPU.\n"
       "With --prompt/--prompt-file/--chat the text goes through the checkpoint's tokenizer.json, the\n"
       "generated text streams to stdout (timings on stderr), and generation stops at the model's\n"
-      "eos_token_id (generation_config.json, else config.json) unless --ignore-eos."};
+      "eos_token_id (generation_config.json, else config.json) unless --ignore-eos.\n"
+      "With --interactive it holds a conversation: one user message a line of stdin (the first may come\n"
+      "from --prompt), each reply streamed, earlier turns kept in the KV cache; the end of input ends it."};
   std::string schedule_path, weights_path, prompt = "1", backend_name = "auto", dump, order = "deterministic";
   uint32_t tokens = 16, max_context = 0;
   uint64_t seed = 0;
   std::string text, text_file, system, tokenizer_dir;
-  bool chat = false, ignore_eos = false, as_json = false;
+  bool chat = false, ignore_eos = false, as_json = false, interactive = false;
   double watchdog = 1.0;
   app.add_option("schedule", schedule_path, "schedule file written by mkplan")->required();
   app.add_option("weights", weights_path, "checkpoint folder (model.safetensors or shards + index) or .safetensors file")->required();
@@ -36,13 +39,17 @@ int main(int argc, char** argv) {
   auto* text_opt = app.add_option("--prompt", text, "prompt text (tokenized with the BOS the model's tokenizer adds)");
   auto* file_opt = app.add_option("--prompt-file", text_file, "read the prompt text from a file")->type_name("FILE");
   app.add_flag("--chat", chat, "wrap the prompt in the model's chat format (Llama-3 headers or ChatML)");
+  app.add_flag("-i,--interactive", interactive,
+               "a conversation (implies --chat): user messages a line each from stdin, after --prompt if given; the KV "
+               "cache keeps every turn (--max-context default 4096, --tokens default 1024 a reply)");
   app.add_option("--system", system, "--chat: the system message");
   app.add_flag("--ignore-eos", ignore_eos, "do not stop at the end-of-sequence tokens");
   app.add_option("--tokenizer", tokenizer_dir, "folder with tokenizer.json (default: the checkpoint's folder)")->type_name("DIR");
   app.add_flag("--json", as_json, "print one JSON object (prompt ids, ids, text, stop reason, timings) instead");
   text_opt->excludes(ids_opt)->excludes(file_opt);
   file_opt->excludes(ids_opt);
-  app.add_option("--tokens", tokens, "tokens to generate (at most, with a text prompt)")->capture_default_str();
+  auto* tokens_opt =
+      app.add_option("--tokens", tokens, "tokens to generate (at most, with a text prompt)")->capture_default_str();
   app.add_option("--backend", backend_name, "auto (the GPU when there is one), cuda or emulator")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cuda", "emulator"}));
@@ -70,19 +77,36 @@ int main(int argc, char** argv) {
   if (const auto code = mk::tools::parse(app, argc, argv, "mkrun")) return *code;
 
   try {
+    if (interactive) {
+      if (ids_opt->count()) throw std::invalid_argument("--interactive takes text (stdin, --prompt, --prompt-file), not --prompt-ids");
+      for (const char* o : {"--json", "--dump-logits", "--trace"})
+        if (app.get_option(o)->count()) throw std::invalid_argument(std::string("--interactive does not take ") + o);
+      if (!tokens_opt->count()) tokens = 1024;
+      if (tokens == 0) throw std::invalid_argument("--interactive needs --tokens of at least 1");
+      if (!max_context) max_context = 4096;
+      chat = true;
+    }
     const bool text_mode = text_opt->count() || file_opt->count() || chat;
     if (!system.empty() && !chat) throw std::invalid_argument("--system needs --chat");
     if (chat && ids_opt->count()) throw std::invalid_argument("--chat takes --prompt or --prompt-file, not --prompt-ids");
-    if (chat && !text_opt->count() && !file_opt->count()) throw std::invalid_argument("--chat needs --prompt or --prompt-file");
+    if (chat && !interactive && !text_opt->count() && !file_opt->count())
+      throw std::invalid_argument("--chat needs --prompt or --prompt-file (or --interactive)");
     const std::filesystem::path checkpoint_folder = mk::tools::checkpoint_folder(weights_path);
     std::optional<mk::tok::Tokenizer> tokenizer;
     std::set<int32_t> stop_ids;
     std::vector<int32_t> ids;
+    mk::tools::ConversationOptions conversation;
     if (text_mode) {
       const std::filesystem::path folder = tokenizer_dir.empty() ? checkpoint_folder : std::filesystem::path(tokenizer_dir);
       tokenizer = mk::tok::Tokenizer::load(folder);
       const std::string input = file_opt->count() ? mk::tools::read_text_file(text_file) : text;
-      if (chat) {
+      if (interactive) {
+        if (text_opt->count() || file_opt->count()) conversation.first = input;
+        if (!system.empty()) conversation.system = system;
+        conversation.reply_tokens = tokens;
+        const std::vector<int32_t> end = mk::tok::chat_end_ids(*tokenizer);  // refuses a model without a chat format
+        stop_ids.insert(end.begin(), end.end());
+      } else if (chat) {
         const mk::tok::Chat c =
             mk::tok::make_chat(*tokenizer, input, system.empty() ? std::nullopt : std::optional<std::string>(system));
         ids = c.ids;
@@ -95,6 +119,7 @@ int main(int argc, char** argv) {
       if (eos.empty() && tokenizer->eos_id()) eos.insert(*tokenizer->eos_id());
       stop_ids.insert(eos.begin(), eos.end());
       if (ignore_eos) stop_ids.clear();
+      conversation.stop_ids = stop_ids;
     } else {
       ids = mk::tools::parse_ids(prompt, "--prompt-ids", "128000,791,1888");
     }
@@ -126,6 +151,10 @@ int main(int argc, char** argv) {
       backend = mk::device::make_cuda_backend(schedule, ckpt, opt);
 #endif
     if (!backend) backend = mk::device::make_emulator_backend(schedule, ckpt, opt);
+    if (interactive) {
+      mk::tools::run_conversation(*backend, schedule, *tokenizer, conversation, opt.max_context, std::cin, std::cout, std::cerr);
+      return 0;
+    }
 
     mk::device::GenerateOptions gen;
     gen.prompt = ids;

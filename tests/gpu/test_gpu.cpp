@@ -288,6 +288,48 @@ TEST_CASE("launches of several steps (mkrun's chunks): the tokens of one step a 
   }
 }
 
+TEST_CASE("a conversation's later turn (mkrun --interactive): after the earlier turn's launches, the emulator's tokens") {
+  // Turn 1 stops at its 20th token while the launch after it is queued and runs (it writes k and
+  // v past the stop); turn 2 starts where turn 1's tokens ended (GenerateOptions::start), its
+  // first launch at a position that is no multiple of the chunk. The emulator runs the whole
+  // conversation in one call.
+  const int sms = device::cuda_device_sm_count();
+  for (const char* example : {"tiny-llama.yaml", "tiny-qwen3.yaml"}) {
+    const dsl::ModelGraph model = dsl::parse_file(kRoot + "/examples/" + example);
+    const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
+    const schedule::Schedule& s = plan.schedule;
+    TempDir dir(std::string("turns_") + model.name);
+    device::write_random_checkpoint(s, dir.path, 4646);
+    const device::Checkpoint ckpt = device::Checkpoint::open(dir.path);
+    device::RuntimeOptions ro;
+    ro.max_context = 128;
+    auto gpu = device::make_cuda_backend(s, ckpt, ro);
+    device::GenerateOptions turn1;
+    turn1.prompt = {5, 17, 3};
+    turn1.tokens = 40;
+    int seen = 0;
+    turn1.stop = [&](int32_t) { return ++seen == 20; };
+    const auto r1 = device::generate(*gpu, s, turn1, ro.max_context);
+    REQUIRE(r1.steps == 22);
+    device::GenerateOptions turn2;
+    turn2.prompt = {9, 2, 11, 4};
+    turn2.start = r1.steps;
+    turn2.tokens = 40;
+    const auto r2 = device::generate(*gpu, s, turn2, ro.max_context);
+    device::GenerateOptions whole;
+    whole.prompt = turn1.prompt;
+    whole.prompt.insert(whole.prompt.end(), r1.tokens.begin(), r1.tokens.end() - 1);
+    whole.prompt.insert(whole.prompt.end(), turn2.prompt.begin(), turn2.prompt.end());
+    whole.tokens = 40;
+    auto emu = device::make_emulator_backend(s, ckpt, ro);
+    const auto e = device::generate(*emu, s, whole, ro.max_context);
+    REQUIRE(r2.tokens.size() == 40);
+    CHECK(r2.tokens == e.tokens);
+    CHECK(test::rel_error(gpu->logits(), emu->logits()) < 1e-3);
+    MESSAGE(model.name, ": a second turn of ", r2.steps, " steps from position ", r1.steps, ": the emulator's tokens");
+  }
+}
+
 TEST_CASE("whole models at every number of active KV splits: CUDA interpreter vs emulator vs reference") {
   // tiny-qwen3 has 4 splits per kv head (the schedule's policy, short steps to position 3 and
   // one split per 2 positions past them, runs in the test above). (1, 0) walks 1, 2 and 4 splits

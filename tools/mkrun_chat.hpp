@@ -1,0 +1,77 @@
+// mkrun --interactive: a conversation, turn by turn. Each user message (a line of stdin, the first
+// from --prompt or --prompt-file where given) is wrapped in the model's chat format and decoded
+// after the turns before it, which stay in the backend's KV cache (GenerateOptions::start): a
+// turn costs its own tokens, not the conversation's.
+#pragma once
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <iostream>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "device/runtime.hpp"
+#include "schedules/limits.hpp"
+#include "tokenizer/chat.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace mk::tools {
+
+struct ConversationOptions {
+  std::optional<std::string> first;   // the first user message (--prompt, --prompt-file); else stdin's first line
+  std::optional<std::string> system;  // --system
+  uint32_t reply_tokens = 1024;       // at most, a reply
+  std::set<int32_t> stop_ids;         // end a reply (the format's end of turn, the model's eos)
+};
+
+// Reads user messages from `in` (one a line; empty lines are skipped) until its end, streams each
+// reply to `out` and a line of timings per turn to `err`. Throws when a turn's prompt does not fit
+// in what is left of the backend's context (`max_context` positions), naming the positions used.
+inline void run_conversation(device::Backend& backend, const schedule::Schedule& s, const tok::Tokenizer& t,
+                             const ConversationOptions& o, uint32_t max_context, std::istream& in, std::ostream& out,
+                             std::ostream& err) {
+  const bool terminal = &in == &std::cin && isatty(STDIN_FILENO);
+  uint32_t at = 0;  // positions the KV cache holds
+  std::optional<std::string> message = o.first;
+  for (bool first = true;; first = false, message.reset()) {
+    while (!message) {
+      if (terminal) err << "> " << std::flush;
+      std::string line;
+      if (!std::getline(in, line)) return;  // the end of input ends the conversation
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.size() > limits::kMaxTextBytes)
+        throw std::invalid_argument("a message of " + std::to_string(line.size()) + " bytes is longer than the " +
+                                    std::to_string(limits::kMaxTextBytes) + " a prompt may have");
+      if (!line.empty()) message = line;
+    }
+    const tok::Chat c = first ? tok::make_chat(t, *message, o.system) : tok::make_chat_turn(t, *message);
+    if (uint64_t{at} + c.ids.size() > max_context)
+      throw std::invalid_argument("the conversation has filled its context: " + std::to_string(at) + " positions used, " +
+                                  std::to_string(c.ids.size()) + " more asked, " + std::to_string(max_context) +
+                                  " in all; raise --max-context");
+    device::GenerateOptions gen;
+    gen.prompt = c.ids;
+    gen.start = at;
+    gen.tokens = std::min<uint64_t>(o.reply_tokens, uint64_t{max_context} - at - c.ids.size() + 1);
+    tok::StreamDecoder stream(t, tok::DecodeOptions{.skip_special = true});
+    const uint32_t prompt = static_cast<uint32_t>(c.ids.size());
+    gen.stop = [&](int32_t id) { return o.stop_ids.count(id) != 0; };
+    gen.on_step = [&](uint32_t done, uint32_t, int32_t id) {
+      if (done >= prompt && !o.stop_ids.count(id)) out << stream.push(id) << std::flush;
+    };
+    const device::GenerateResult r = device::generate(backend, s, gen, max_context);
+    out << stream.finish() << "\n" << std::flush;
+    at += r.steps;
+    const double prompt_s = r.seconds - r.decode_seconds, decode_steps = r.steps + 1.0 - prompt;
+    err << "[prompt " << prompt << " tokens, " << (prompt > 1 && prompt_s > 0 ? (prompt - 1) / prompt_s : 0.0)
+        << " tokens/s; reply " << r.tokens.size() << " tokens, " << (r.decode_seconds > 0 ? decode_steps / r.decode_seconds : 0.0)
+        << " tokens/s" << (r.stopped ? "" : ", cut at --tokens or the context") << "; context " << at << " of " << max_context
+        << "]\n"
+        << std::flush;
+  }
+}
+
+}  // namespace mk::tools
