@@ -247,11 +247,17 @@ check_interactive() {
   expect "turn 1's prompt or positions" err_has '^\[prompt 25 tokens, .*; reply 6 tokens, .*; context 30 of 4096\]$'
   expect "turn 2's prompt or positions" err_has '^\[prompt 35 tokens, .*; reply 6 tokens, .*; context 70 of 4096\]$'
   expect "stderr has $(wc -l <stderr) lines, expected 2" test "$(wc -l <stderr)" -eq 2
-  printf 'second\n' >turn2.txt
+  printf 'second\n \t \nthird' >turn2.txt
   run_with_input turn2.txt "$MKRUN" s.bin w "${EMU[@]}" -i --prompt first --system "Be brief." --tokens 3
-  expect "--prompt then stdin: stdout is '$(cat stdout)'" stdout_is $'ok\xEF\xBF\xBD\nok\xEF\xBF\xBD'
-  expect "--tokens 3 is not each reply's maximum" test "$(grep -c 'reply 3 tokens, .*cut at --tokens' stderr)" -eq 2
-  expect "--system is not in the first turn's prompt" err_has '^\[prompt 48 tokens'
+  expect "--prompt then stdin: stdout is '$(cat stdout)'" stdout_is $'ok\xEF\xBF\xBD\nok\xEF\xBF\xBD\nok\xEF\xBF\xBD'
+  expect "--tokens 3 is not each reply's maximum" test "$(grep -c 'reply 3 tokens, .*cut at --tokens' stderr)" -eq 3
+  # With the system turn, 48 tokens, then 3 generated: 50 positions. A reply cut short keeps its
+  # last token (shown, not yet decoded): the next turn decodes it first, then <|eot_id|> and the
+  # rest, 1 + 29 tokens for "second" and 1 + 28 for "third" (the blank line skipped, the last
+  # line without its newline taken).
+  expect "turn 1 with --system" err_has '^\[prompt 48 tokens, .*; context 50 of 4096\]$'
+  expect "turn 2 after a cut reply" err_has '^\[prompt 30 tokens, .*; context 82 of 4096\]$'
+  expect "turn 3 after a cut reply" err_has '^\[prompt 29 tokens, .*; context 113 of 4096\]$'
   finish "mkrun --interactive: a reply a line of stdin (after --prompt), earlier turns kept in the KV cache, each turn's prompt from where the last ended"
   begin
   printf 'one\ntwo\nthree\n' >three.txt

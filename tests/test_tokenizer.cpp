@@ -320,7 +320,6 @@ TEST_CASE("chat: ChatML for Qwen3, as its template writes it") {
   const mk::tok::Chat b = mk::tok::make_chat(t, "Hi", std::string("Be brief."));
   CHECK(b.text == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   CHECK(b.ids == t.encode(b.text));
-  CHECK(b.ids == t.encode(b.text));
   // A later turn closes the reply before it (<|im_end|>, then the newline the template writes).
   const mk::tok::Chat c = mk::tok::make_chat_turn(t, "And now?");
   CHECK(c.text == "<|im_end|>\n<|im_start|>user\nAnd now?<|im_end|>\n<|im_start|>assistant\n");

@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cuda", "emulator"}));
   app.add_option("--max-context", max_context, "KV-cache capacity in positions (default: prompt + tokens)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1u, UINT32_MAX));
   app.add_option("--dump-logits", dump, "write every step's logits (prompt steps included) as float32 .npy [steps, vocab]");
   app.add_option("--order", order, "emulator execution order: deterministic, or shuffled (seeded)")
       ->capture_default_str()

@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "device/runtime.hpp"
 #include "schedules/limits.hpp"
@@ -27,7 +28,7 @@ struct ConversationOptions {
   std::set<int32_t> stop_ids;         // end a reply (the format's end of turn, the model's eos)
 };
 
-// Reads user messages from `in` (one a line; empty lines are skipped) until its end, streams each
+// Reads user messages from `in` (one a line; blank lines are skipped) until its end, streams each
 // reply to `out` and a line of timings per turn to `err`. Throws when a turn's prompt does not fit
 // in what is left of the backend's context (`max_context` positions), naming the positions used.
 inline void run_conversation(device::Backend& backend, const schedule::Schedule& s, const tok::Tokenizer& t,
@@ -35,29 +36,42 @@ inline void run_conversation(device::Backend& backend, const schedule::Schedule&
                              std::ostream& err) {
   const bool terminal = &in == &std::cin && isatty(STDIN_FILENO);
   uint32_t at = 0;  // positions the KV cache holds
+  // The last token of a reply cut short (by --tokens or the context): shown, not yet decoded, so
+  // the next turn decodes it before the end of turn the reply lacks. A reply that stopped at an
+  // end token has its end replaced by the format's own (the template renders that one).
+  int32_t cut = -1;  // none
   std::optional<std::string> message = o.first;
   for (bool first = true;; first = false, message.reset()) {
     while (!message) {
       if (terminal) err << "> " << std::flush;
       std::string line;
-      if (!std::getline(in, line)) return;  // the end of input ends the conversation
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.size() > limits::kMaxTextBytes)
-        throw std::invalid_argument("a message of " + std::to_string(line.size()) + " bytes is longer than the " +
-                                    std::to_string(limits::kMaxTextBytes) + " a prompt may have");
-      if (!line.empty()) message = line;
+      for (int ch; (ch = in.get()) != '\n';) {  // a line, bounded as a prompt file is
+        if (ch == std::char_traits<char>::eof()) {
+          if (line.empty()) return;  // the end of input ends the conversation
+          break;
+        }
+        if (line.size() == limits::kMaxTextBytes)
+          throw std::invalid_argument("a message longer than the " + std::to_string(limits::kMaxTextBytes) +
+                                      " bytes a prompt may have");
+        line.push_back(static_cast<char>(ch));
+      }
+      if (line.find_first_not_of(" \t\r\f\v") != std::string::npos) message = line;  // blank lines are skipped
+      else if (!in) return;
     }
+    if (!message->empty() && message->back() == '\r') message->pop_back();
     const tok::Chat c = first ? tok::make_chat(t, *message, o.system) : tok::make_chat_turn(t, *message);
-    if (uint64_t{at} + c.ids.size() > max_context)
+    std::vector<int32_t> ids = c.ids;
+    if (cut >= 0) ids.insert(ids.begin(), cut);
+    if (uint64_t{at} + ids.size() > max_context)
       throw std::invalid_argument("the conversation has filled its context: " + std::to_string(at) + " positions used, " +
-                                  std::to_string(c.ids.size()) + " more asked, " + std::to_string(max_context) +
+                                  std::to_string(ids.size()) + " more asked, " + std::to_string(max_context) +
                                   " in all; raise --max-context");
     device::GenerateOptions gen;
-    gen.prompt = c.ids;
+    gen.prompt = ids;
     gen.start = at;
-    gen.tokens = std::min<uint64_t>(o.reply_tokens, uint64_t{max_context} - at - c.ids.size() + 1);
+    gen.tokens = std::min<uint64_t>(o.reply_tokens, uint64_t{max_context} - at - ids.size() + 1);
     tok::StreamDecoder stream(t, tok::DecodeOptions{.skip_special = true});
-    const uint32_t prompt = static_cast<uint32_t>(c.ids.size());
+    const uint32_t prompt = static_cast<uint32_t>(ids.size());
     gen.stop = [&](int32_t id) { return o.stop_ids.count(id) != 0; };
     gen.on_step = [&](uint32_t done, uint32_t, int32_t id) {
       if (done >= prompt && !o.stop_ids.count(id)) out << stream.push(id) << std::flush;
@@ -65,6 +79,7 @@ inline void run_conversation(device::Backend& backend, const schedule::Schedule&
     const device::GenerateResult r = device::generate(backend, s, gen, max_context);
     out << stream.finish() << "\n" << std::flush;
     at += r.steps;
+    cut = !r.stopped && !r.tokens.empty() ? r.tokens.back() : -1;
     const double prompt_s = r.seconds - r.decode_seconds, decode_steps = r.steps + 1.0 - prompt;
     err << "[prompt " << prompt << " tokens, " << (prompt > 1 && prompt_s > 0 ? (prompt - 1) / prompt_s : 0.0)
         << " tokens/s; reply " << r.tokens.size() << " tokens, " << (r.decode_seconds > 0 ? decode_steps / r.decode_seconds : 0.0)
