@@ -39,13 +39,17 @@ std::filesystem::path hf_config_file(const std::filesystem::path& path);
 // Whether mkplan should import `path` rather than parse it as YAML: a folder, or a .json file.
 bool is_hf_import(const std::filesystem::path& path);
 
+// How the generated model picks its next token: argmax (greedy), or a sample op, whose
+// temperature, top-k and top-p mkrun sets (greedy until it does).
+enum class NextToken { argmax, sample };
+
 // The model as YAML, in the form of examples/*.yaml: split, chunks and kv_splits left to the
 // planner. `name` is the model's name.
-std::string hf_model_yaml(const HfConfig&, const std::string& name);
+std::string hf_model_yaml(const HfConfig&, const std::string& name, NextToken = NextToken::argmax);
 
 // hf_model_yaml + parse_string: the model of a config read by read_hf_config, named after its
 // folder. `yaml`, when given, receives the generated text. The second form reads it first.
-ModelGraph import_hf_model(const HfConfig&, std::string* yaml = nullptr);
+ModelGraph import_hf_model(const HfConfig&, std::string* yaml = nullptr, NextToken = NextToken::argmax);
 ModelGraph import_hf_model(const std::filesystem::path& path, std::string* yaml = nullptr);
 
 // The values of config.json that a schedule bakes in, each only when the file gives it (a

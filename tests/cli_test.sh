@@ -795,6 +795,19 @@ check_hf_import() {
   read -r -a ids <<<"$(tokens_of "$WORK/stdout")"
   expect "the tokens: line has ${#ids[@]} ids, expected 4" test "${#ids[@]}" -eq 4
   finish "mkplan DIR -o s.bin (config.json, no YAML), mkweights keeps config.json, mkrun s.bin DIR; --emit-yaml plans the same"
+  begin
+  run "$MKPLAN" qwen2 -o qs.bin --sms 8 --sample --emit-yaml qs.yaml
+  expect "mkplan DIR --sample: exit status is $RC, expected 0" rc_is 0
+  expect "--sample: the generated YAML has no sample op" grep -q '{op: sample, in: logits, out: next_token}' qs.yaml
+  run "$MKRUN" qs.bin qwen2 --backend emulator --prompt-ids 1,2,3 --tokens 4 --temperature 0.8 --top-p 0.9 --seed 7
+  expect "mkrun --temperature on a --sample plan: exit status is $RC, expected 0" rc_is 0
+  read -r -a ids <<<"$(tokens_of "$WORK/stdout")"
+  expect "the sampled tokens: line has ${#ids[@]} ids, expected 4" test "${#ids[@]}" -eq 4
+  run "$MKRUN" q.bin qwen2 --backend emulator --prompt-ids 1,2,3 --tokens 4 --temperature 0.8
+  clean_error mkrun 'mkplan CHECKPOINT_DIR --sample'
+  run "$MKPLAN" "$ROOT/examples/tiny-llama.yaml" -o t.bin --sample
+  clean_error mkplan '--sample needs a checkpoint folder'
+  finish "mkplan DIR --sample plans a sample op that mkrun --temperature uses; an argmax plan names --sample; a YAML model is told where to write it"
 }
 
 check_hf_import_errors() {

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 #include <cmath>
@@ -127,6 +128,35 @@ TEST_CASE("hf import: the generated YAML reads back to the same plan, and config
   const auto bytes = [](const mk::dsl::ModelGraph& m) { return mk::schedule::serialize(plan_of(m, 40).schedule); };
   CHECK(bytes(from_folder) == bytes(reread));
   CHECK(bytes(from_file) == bytes(reread));
+}
+
+TEST_CASE("hf import: --sample ends the model with a sample op, greedy (argmax's tokens) until mkrun sets it") {
+  TempDir dir;
+  write_config(dir.path, R"({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 256, "intermediate_size": 384,
+      "num_attention_heads": 10, "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 2, "vocab_size": 320,
+      "rms_norm_eps": 1e-06, "rope_theta": 1000000, "tie_word_embeddings": true, "torch_dtype": "bfloat16"})");
+  const mk::dsl::HfConfig config = mk::dsl::read_hf_config(dir.path);
+  std::string yaml;
+  const mk::dsl::ModelGraph sampled = mk::dsl::import_hf_model(config, &yaml, mk::dsl::NextToken::sample);
+  CHECK(yaml.find("{op: sample, in: logits, out: next_token}") != std::string::npos);
+  CHECK(yaml.find("op: argmax") == std::string::npos);
+  const Schedule s = plan_of(sampled, 6).schedule, a = plan_of(mk::dsl::import_hf_model(config), 6).schedule;
+  auto count = [](const Schedule& x, mk::schedule::Opcode op) {
+    return std::count_if(x.instructions.begin(), x.instructions.end(), [&](const auto& i) { return i.opcode == uint16_t(op); });
+  };
+  CHECK(count(s, mk::schedule::Opcode::sample) == 1);
+  CHECK(count(s, mk::schedule::Opcode::argmax) == 0);
+  CHECK(count(a, mk::schedule::Opcode::argmax) > 1);  // a task per chunk of the logits
+  mk::device::write_random_checkpoint(s, dir.path, 21);
+  const mk::device::Checkpoint ckpt = mk::device::Checkpoint::open(dir.path);
+  mk::device::RuntimeOptions opt;
+  opt.max_context = 20;
+  mk::device::GenerateOptions g;
+  g.prompt = {3, 141, 59};
+  g.tokens = 12;
+  auto on_sample = mk::device::make_emulator_backend(s, ckpt, opt), on_argmax = mk::device::make_emulator_backend(a, ckpt, opt);
+  CHECK(mk::device::generate(*on_sample, s, g, opt.max_context).tokens ==
+        mk::device::generate(*on_argmax, a, g, opt.max_context).tokens);
 }
 
 namespace {

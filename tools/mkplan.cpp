@@ -23,10 +23,13 @@ int main(int argc, char** argv) {
       "queues, proves the schedule deadlock-free and writes it as a binary file for mkrun."};
   std::string model_path, out_path, dot_path, policy = "round-robin", dot_level = "op";
   uint32_t sms = mk::schedule::kDefaultSmCount;
-  bool quiet = false;
+  bool quiet = false, sample = false;
   std::string emit_yaml;
   app.add_option("model", model_path, "model YAML (see examples/), or a checkpoint folder (or its config.json) to import")->required();
   app.add_option("--emit-yaml", emit_yaml, "with a checkpoint folder: also write the generated model as YAML (edit it to customise)");
+  app.add_flag("--sample", sample,
+               "with a checkpoint folder: end the model with a sample op instead of argmax, so that mkrun can sample "
+               "(--temperature, --top-k, --top-p; greedy without them)");
   app.add_option("-o,--output", out_path, "schedule file to write")->required();
   app.add_option("--sms", sms, "SM count to plan for (the H200 has 132)")->capture_default_str()->check(CLI::Range(1, 4096));
   app.add_option("--policy", policy, "SM assignment: round-robin, or critical-path (list scheduling by the cost model of schedules/cost.hpp)")
@@ -83,9 +86,14 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     const bool import = mk::dsl::is_hf_import(model_path);
     if (!emit_yaml.empty() && !import) throw std::invalid_argument("--emit-yaml needs a checkpoint folder (or its config.json), not a YAML model");
+    if (sample && !import)
+      throw std::invalid_argument("--sample needs a checkpoint folder (or its config.json); in a YAML model write "
+                                  "'{op: sample, in: logits, out: next_token}' in place of the argmax op");
     std::string generated;
     const std::optional<mk::dsl::HfConfig> config = import ? std::optional(mk::dsl::read_hf_config(model_path)) : std::nullopt;
-    const mk::dsl::ModelGraph model = config ? mk::dsl::import_hf_model(*config, &generated) : mk::dsl::parse_file(model_path);
+    const mk::dsl::ModelGraph model =
+        config ? mk::dsl::import_hf_model(*config, &generated, sample ? mk::dsl::NextToken::sample : mk::dsl::NextToken::argmax)
+               : mk::dsl::parse_file(model_path);
     mk::planner::PlanOptions options;
     options.sm_count = sms;
     options.policy = mk::planner::policy_by_name(policy);

@@ -131,8 +131,9 @@ int main(int argc, char** argv) {
     sampling.seed = seed;
     const bool sampling_asked = temp_opt->count() || topk_opt->count() || topp_opt->count();
     if (mk::schedule::set_sampling(schedule, sampling) == 0 && sampling_asked && sampling.temperature > 0)
-      throw std::invalid_argument("this schedule decodes greedily (argmax); to sample, plan the model with "
-                                  "'{op: sample, in: logits, out: next_token}' in place of its argmax op");
+      throw std::invalid_argument("this schedule decodes greedily (argmax); to sample, plan it with a sample op: "
+                                  "mkplan CHECKPOINT_DIR --sample, or '{op: sample, in: logits, out: next_token}' in "
+                                  "place of the YAML model's argmax op");
     const mk::device::Checkpoint ckpt = mk::device::Checkpoint::open(weights_path);
     mk::device::check_weights(schedule, ckpt);
     mk::device::RuntimeOptions opt;
