@@ -101,8 +101,8 @@ help_mentions() {
 }
 
 check_help() {
-  help_mentions mkplan "$MKPLAN" --sms --policy --dot --dot-level --dot-expand --dot-layers --dot-ops --output
-  help_mentions mkrun "$MKRUN" --prompt-ids --tokens --backend --max-context --dump-logits --order --seed --trace --watchdog
+  help_mentions mkplan "$MKPLAN" --sms --policy --dot --dot-level --dot-expand --dot-layers --dot-ops --output --emit-yaml --sample
+  help_mentions mkrun "$MKRUN" --prompt-ids --tokens --backend --max-context --dump-logits --order --seed --trace --watchdog --interactive
   help_mentions mkweights "$MKWEIGHTS" --seed --out
 }
 
