@@ -258,7 +258,11 @@ check_interactive() {
   expect "turn 1 with --system" err_has '^\[prompt 48 tokens, .*; context 50 of 4096\]$'
   expect "turn 2 after a cut reply" err_has '^\[prompt 30 tokens, .*; context 82 of 4096\]$'
   expect "turn 3 after a cut reply" err_has '^\[prompt 29 tokens, .*; context 113 of 4096\]$'
-  finish "mkrun --interactive: a reply a line of stdin (after --prompt), earlier turns kept in the KV cache, each turn's prompt from where the last ended"
+  printf 'line one\\\nline two\n' >continued.txt
+  run_with_input continued.txt "$MKRUN" s.bin w "${EMU[@]}" -i
+  expect "a continued line: stdout is '$(cat stdout)', expected one reply" stdout_is 'oké!'
+  expect "a continued line is not one message of 17 bytes" err_has '^\[prompt 40 tokens, '
+  finish "mkrun --interactive: a reply a line of stdin (after --prompt), earlier turns kept in the KV cache, each turn's prompt from where the last ended; a trailing backslash continues a message"
   begin
   printf 'one\ntwo\nthree\n' >three.txt
   run_with_input three.txt "$MKRUN" s.bin w "${EMU[@]}" -i --max-context 70

@@ -40,8 +40,8 @@ int main(int argc, char** argv) {
   auto* file_opt = app.add_option("--prompt-file", text_file, "read the prompt text from a file")->type_name("FILE");
   app.add_flag("--chat", chat, "wrap the prompt in the model's chat format (Llama-3 headers or ChatML)");
   app.add_flag("-i,--interactive", interactive,
-               "a conversation (implies --chat): user messages a line each from stdin, after --prompt if given; the KV "
-               "cache keeps every turn (--max-context default 4096, --tokens default 1024 a reply)");
+               "a conversation (implies --chat): user messages a line each from stdin (a line ending in \\ goes on), after "
+               "--prompt if given; the KV cache keeps every turn (--max-context default 4096, --tokens default 1024 a reply)");
   app.add_option("--system", system, "--chat: the system message");
   app.add_flag("--ignore-eos", ignore_eos, "do not stop at the end-of-sequence tokens");
   app.add_option("--tokenizer", tokenizer_dir, "folder with tokenizer.json (default: the checkpoint's folder)")->type_name("DIR");

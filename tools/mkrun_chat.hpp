@@ -21,6 +21,33 @@
 
 namespace mk::tools {
 
+// The next user message from `in`: a line (\r\n read as \n); a line that ends in a backslash goes
+// on with the next one, the backslash read as a newline. Blank messages are skipped; nullopt at the
+// end of input. At a terminal, "> " asks for a message and ". " for its next line. A message is
+// bounded as a prompt file is.
+inline std::optional<std::string> read_message(std::istream& in, std::ostream& err, bool terminal) {
+  while (in) {
+    std::string message;
+    for (bool more = true; more;) {
+      if (terminal) err << (message.empty() ? "> " : ". ") << std::flush;
+      std::string line;
+      int ch;
+      while ((ch = in.get()) != '\n' && ch != std::char_traits<char>::eof()) {
+        if (message.size() + line.size() == limits::kMaxTextBytes)
+          throw std::invalid_argument("a message longer than the " + std::to_string(limits::kMaxTextBytes) +
+                                      " bytes a prompt may have");
+        line.push_back(static_cast<char>(ch));
+      }
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      more = ch == '\n' && !line.empty() && line.back() == '\\';
+      if (more) line.back() = '\n';
+      message += line;
+    }
+    if (message.find_first_not_of(" \t\n\r\f\v") != std::string::npos) return message;
+  }
+  return std::nullopt;
+}
+
 struct ConversationOptions {
   std::optional<std::string> first;   // the first user message (--prompt, --prompt-file); else stdin's first line
   std::optional<std::string> system;  // --system
@@ -28,7 +55,7 @@ struct ConversationOptions {
   std::set<int32_t> stop_ids;         // end a reply (the format's end of turn, the model's eos)
 };
 
-// Reads user messages from `in` (one a line; blank lines are skipped) until its end, streams each
+// Reads user messages from `in` (read_message) until its end, streams each
 // reply to `out` and a line of timings per turn to `err`. Throws when a turn's prompt does not fit
 // in what is left of the backend's context (`max_context` positions), naming the positions used.
 inline void run_conversation(device::Backend& backend, const schedule::Schedule& s, const tok::Tokenizer& t,
@@ -42,23 +69,8 @@ inline void run_conversation(device::Backend& backend, const schedule::Schedule&
   int32_t cut = -1;  // none
   std::optional<std::string> message = o.first;
   for (bool first = true;; first = false, message.reset()) {
-    while (!message) {
-      if (terminal) err << "> " << std::flush;
-      std::string line;
-      for (int ch; (ch = in.get()) != '\n';) {  // a line, bounded as a prompt file is
-        if (ch == std::char_traits<char>::eof()) {
-          if (line.empty()) return;  // the end of input ends the conversation
-          break;
-        }
-        if (line.size() == limits::kMaxTextBytes)
-          throw std::invalid_argument("a message longer than the " + std::to_string(limits::kMaxTextBytes) +
-                                      " bytes a prompt may have");
-        line.push_back(static_cast<char>(ch));
-      }
-      if (line.find_first_not_of(" \t\r\f\v") != std::string::npos) message = line;  // blank lines are skipped
-      else if (!in) return;
-    }
-    if (!message->empty() && message->back() == '\r') message->pop_back();
+    if (!message) message = read_message(in, err, terminal);
+    if (!message) return;  // the end of input ends the conversation
     const tok::Chat c = first ? tok::make_chat(t, *message, o.system) : tok::make_chat_turn(t, *message);
     std::vector<int32_t> ids = c.ids;
     if (cut >= 0) ids.insert(ids.begin(), cut);
