@@ -151,17 +151,23 @@ std::vector<int32_t> conversation(const std::vector<int32_t>& first, const mk::d
   return all;
 }
 
+// Turn 1 of a conversation: the prompt {4, 9, 2}, at most `tokens` generated, ended at the
+// `stop_at`-th (the callback counts the tokens it is offered).
+mk::device::GenerateResult first_turn(mk::device::Backend& b, const Fixture& f, mk::device::GenerateOptions& turn1,
+                                      uint32_t tokens, int stop_at) {
+  turn1.prompt = {4, 9, 2};
+  turn1.tokens = tokens;
+  turn1.stop = [seen = 0, stop_at](int32_t) mutable { return ++seen == stop_at; };
+  return mk::device::generate(b, f.s, turn1, f.ro.max_context);
+}
+
 }  // namespace
 
 TEST_CASE("generate: a later turn from GenerateOptions::start decodes as one call over the whole sequence") {
   const Fixture f;
   mk::device::GenerateOptions turn1;
-  turn1.prompt = {4, 9, 2};
-  turn1.tokens = 12;
-  int seen = 0;
-  turn1.stop = [&](int32_t) { return ++seen == 5; };
   auto backend = f.emulator();
-  const mk::device::GenerateResult r1 = mk::device::generate(*backend, f.s, turn1, f.ro.max_context);
+  const mk::device::GenerateResult r1 = first_turn(*backend, f, turn1, 12, 5);
   REQUIRE(r1.stopped);
   REQUIRE(r1.steps == 3 + 4);
 
@@ -196,12 +202,8 @@ TEST_CASE("generate: a later turn from GenerateOptions::start decodes as one cal
 TEST_CASE("generate on a queuing backend: a later turn overwrites what the steps queued past a stop left") {
   const Fixture f;
   mk::device::GenerateOptions turn1;
-  turn1.prompt = {4, 9, 2};
-  turn1.tokens = 40;
-  int seen = 0;
-  turn1.stop = [&](int32_t) { return ++seen == 20; };
   QueuedEmulator queued(f.emulator(), ~0u);
-  const mk::device::GenerateResult r1 = mk::device::generate(queued, f.s, turn1, f.ro.max_context);
+  const mk::device::GenerateResult r1 = first_turn(queued, f, turn1, 40, 20);
   REQUIRE(r1.steps == 22);
   REQUIRE(queued.log.back() == "read 18");  // the chunk from 34 ran: positions 22 to 41 hold its k and v
 
