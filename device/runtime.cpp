@@ -168,6 +168,7 @@ GenerateResult generate(Backend& backend, const schedule::Schedule& s, const Gen
   const uint32_t steps = static_cast<uint32_t>(all_steps), at = opt.start;  // at: the first step's position
   const uint32_t prompt = static_cast<uint32_t>(opt.prompt.size());
   GenerateResult r;
+  r.prompt_steps = prompt - 1;
   const auto start = std::chrono::steady_clock::now();
   auto decode_start = start;  // a prompt of one token: the first step decodes
   backend.set_tokens(at, opt.prompt);

@@ -96,6 +96,13 @@ struct GenerateResult {
   bool stopped = false;        // `stop` ended generation
   double seconds = 0;         // wall time of all steps
   double decode_seconds = 0;  // of the steps after the prompt (the greedy continuation)
+  uint32_t prompt_steps = 0;  // the steps before it: the prompt's tokens but its last
+
+  uint32_t decode_steps() const { return steps - prompt_steps; }
+  double prompt_seconds() const { return seconds - decode_seconds; }
+  // Tokens a second over those steps; 0 where they took no time (a prompt of one token).
+  double prompt_tokens_per_s() const { return prompt_steps && prompt_seconds() > 0 ? prompt_steps / prompt_seconds() : 0.0; }
+  double decode_tokens_per_s() const { return decode_seconds > 0 ? decode_steps() / decode_seconds : 0.0; }
 };
 
 // Prefill as decode steps over the prompt, then greedy decoding. Checks the prompt ids against

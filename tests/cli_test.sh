@@ -799,10 +799,16 @@ check_hf_import() {
   run "$MKPLAN" qwen2 -o qs.bin --sms 8 --sample --emit-yaml qs.yaml
   expect "mkplan DIR --sample: exit status is $RC, expected 0" rc_is 0
   expect "--sample: the generated YAML has no sample op" grep -q '{op: sample, in: logits, out: next_token}' qs.yaml
-  run "$MKRUN" qs.bin qwen2 --backend emulator --prompt-ids 1,2,3 --tokens 4 --temperature 0.8 --top-p 0.9 --seed 7
+  run "$MKRUN" q.bin qwen2 --backend emulator --prompt-ids 1,2,3 --tokens 8
+  local greedy
+  greedy=$(tokens_of "$WORK/stdout")
+  run "$MKRUN" qs.bin qwen2 --backend emulator --prompt-ids 1,2,3 --tokens 8
+  expect "the --sample plan without --temperature is not argmax's greedy tokens" test "$(tokens_of "$WORK/stdout")" == "$greedy"
+  run "$MKRUN" qs.bin qwen2 --backend emulator --prompt-ids 1,2,3 --tokens 8 --temperature 1000 --top-p 0.99 --seed 7
   expect "mkrun --temperature on a --sample plan: exit status is $RC, expected 0" rc_is 0
   read -r -a ids <<<"$(tokens_of "$WORK/stdout")"
-  expect "the sampled tokens: line has ${#ids[@]} ids, expected 4" test "${#ids[@]}" -eq 4
+  expect "the sampled tokens: line has ${#ids[@]} ids, expected 8" test "${#ids[@]}" -eq 8
+  expect "--temperature 1000 on the --sample plan gave the greedy tokens" test "$(tokens_of "$WORK/stdout")" != "$greedy"
   run "$MKRUN" q.bin qwen2 --backend emulator --prompt-ids 1,2,3 --tokens 4 --temperature 0.8
   clean_error mkrun 'mkplan CHECKPOINT_DIR --sample'
   run "$MKPLAN" "$ROOT/examples/tiny-llama.yaml" -o t.bin --sample

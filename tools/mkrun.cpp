@@ -41,7 +41,9 @@ int main(int argc, char** argv) {
   app.add_flag("--chat", chat, "wrap the prompt in the model's chat format (Llama-3 headers or ChatML)");
   app.add_flag("-i,--interactive", interactive,
                "a conversation (implies --chat): user messages a line each from stdin (a line ending in \\ goes on), after "
-               "--prompt if given; the KV cache keeps every turn (--max-context default 4096, --tokens default 1024 a reply)");
+               "--prompt if given; the KV cache keeps every turn (--max-context default " +
+                   std::to_string(mk::tools::kConversationContext) + ", --tokens default " +
+                   std::to_string(mk::tools::kReplyTokens) + " a reply)");
   app.add_option("--system", system, "--chat: the system message");
   app.add_flag("--ignore-eos", ignore_eos, "do not stop at the end-of-sequence tokens");
   app.add_option("--tokenizer", tokenizer_dir, "folder with tokenizer.json (default: the checkpoint's folder)")->type_name("DIR");
@@ -81,9 +83,9 @@ int main(int argc, char** argv) {
       if (ids_opt->count()) throw std::invalid_argument("--interactive takes text (stdin, --prompt, --prompt-file), not --prompt-ids");
       for (const char* o : {"--json", "--dump-logits", "--trace"})
         if (app.get_option(o)->count()) throw std::invalid_argument(std::string("--interactive does not take ") + o);
-      if (!tokens_opt->count()) tokens = 1024;
+      if (!tokens_opt->count()) tokens = mk::tools::kReplyTokens;
       if (tokens == 0) throw std::invalid_argument("--interactive needs --tokens of at least 1");
-      if (!max_context) max_context = 4096;
+      if (!max_context) max_context = mk::tools::kConversationContext;
       chat = true;
     }
     const bool text_mode = text_opt->count() || file_opt->count() || chat;
@@ -186,8 +188,6 @@ int main(int argc, char** argv) {
                 << std::flush;
     };
     const mk::device::GenerateResult r = mk::device::generate(*backend, schedule, gen, opt.max_context);
-    const uint32_t prompt_steps = static_cast<uint32_t>(ids.size()) - 1, gen_steps = r.steps - prompt_steps;
-    const double prompt_s = r.seconds - r.decode_seconds;
     if (stream) {
       const std::string tail = stream->finish();
       generated_text += tail;
@@ -200,20 +200,20 @@ int main(int argc, char** argv) {
                           {"backend", backend->name()},
                           {"timings",
                            {{"prompt_tokens", ids.size()},
-                            {"prompt_seconds", prompt_s},
-                            {"prompt_tokens_per_s", prompt_steps && prompt_s > 0 ? prompt_steps / prompt_s : 0.0},
+                            {"prompt_seconds", r.prompt_seconds()},
+                            {"prompt_tokens_per_s", r.prompt_tokens_per_s()},
                             {"generated_tokens", r.tokens.size()},
                             {"decode_seconds", r.decode_seconds},
-                            {"decode_tokens_per_s", r.decode_seconds > 0 ? gen_steps / r.decode_seconds : 0.0}}}};
+                            {"decode_tokens_per_s", r.decode_tokens_per_s()}}}};
       if (stream) j["text"] = generated_text;
       std::cout << j.dump() << "\n";
       if (!dump.empty()) mk::device::write_npy(dump, r.logits);
       return 0;
     }
     if (stream) {
-      std::cerr << "prompt: " << ids.size() << " tokens, " << (prompt_steps && prompt_s > 0 ? prompt_steps / prompt_s : 0.0)
+      std::cerr << "prompt: " << ids.size() << " tokens, " << r.prompt_tokens_per_s()
                 << " tokens/s; generated: " << r.tokens.size() << " tokens, "
-                << (r.decode_seconds > 0 ? gen_steps / r.decode_seconds : 0.0) << " tokens/s on " << backend->name()
+                << r.decode_tokens_per_s() << " tokens/s on " << backend->name()
                 << (r.stopped ? " (stopped at end of sequence)" : " (--tokens reached)") << "\n";
       if (!dump.empty()) mk::device::write_npy(dump, r.logits);
       return 0;
@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
     std::cout << "\n"
               << r.steps << " steps on " << backend->name() << ": " << r.seconds * 1e6 / r.steps << " us/token ("
               << r.steps / r.seconds << " tokens/s)\n";
-    const uint32_t decode_steps = r.steps + 1 - static_cast<uint32_t>(ids.size());
+    const uint32_t decode_steps = r.decode_steps();
     if (tokens > 1 && ids.size() > 1)
       std::cout << "decode after the prompt: " << decode_steps << " steps, " << r.decode_seconds * 1e6 / decode_steps
                 << " us/token at context " << ids.size() << ".." << r.steps << "\n";

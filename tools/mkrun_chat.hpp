@@ -48,10 +48,13 @@ inline std::optional<std::string> read_message(std::istream& in, std::ostream& e
   return std::nullopt;
 }
 
+// mkrun --interactive's defaults: the whole conversation's context, and the most a reply takes.
+inline constexpr uint32_t kConversationContext = 4096, kReplyTokens = 1024;
+
 struct ConversationOptions {
   std::optional<std::string> first;   // the first user message (--prompt, --prompt-file); else stdin's first line
   std::optional<std::string> system;  // --system
-  uint32_t reply_tokens = 1024;       // at most, a reply
+  uint32_t reply_tokens = kReplyTokens;  // at most, a reply
   std::set<int32_t> stop_ids;         // end a reply (the format's end of turn, the model's eos)
 };
 
@@ -92,9 +95,8 @@ inline void run_conversation(device::Backend& backend, const schedule::Schedule&
     out << stream.finish() << "\n" << std::flush;
     at += r.steps;
     cut = !r.stopped && !r.tokens.empty() ? r.tokens.back() : -1;
-    const double prompt_s = r.seconds - r.decode_seconds, decode_steps = r.steps + 1.0 - prompt;
-    err << "[prompt " << prompt << " tokens, " << (prompt > 1 && prompt_s > 0 ? (prompt - 1) / prompt_s : 0.0)
-        << " tokens/s; reply " << r.tokens.size() << " tokens, " << (r.decode_seconds > 0 ? decode_steps / r.decode_seconds : 0.0)
+    err << "[prompt " << prompt << " tokens, " << r.prompt_tokens_per_s() << " tokens/s; reply " << r.tokens.size()
+        << " tokens, " << r.decode_tokens_per_s()
         << " tokens/s" << (r.stopped ? "" : ", cut at --tokens or the context") << "; context " << at << " of " << max_context
         << "]\n"
         << std::flush;
