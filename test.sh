@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
-# The whole test suite, what CI runs (on a clean clone without a GPU); warnings are errors:
-#   1. the release build (scripts/setup.sh: installs what is missing, builds build/), its tests;
+# The whole test suite, what CI runs (.ci/run, on a clean clone without a GPU); warnings are errors:
+#   1. the release build (scripts/setup.sh: installs what is missing, builds every target in
+#      build/, with the flags demo.sh uses: each reuses what the other built), its tests. Where
+#      nvcc is found this compiles the CUDA interpreter and the CUDA-only binaries mk_gpu_tests
+#      and mkbench too; those run on a GPU (scripts/gpu_check.sh), never here;
 #   2. the same tests under AddressSanitizer + UndefinedBehaviorSanitizer (preset asan-ubsan,
 #      build-asan-ubsan/);
 #   3. each fuzz harness on a short fixed number of inputs (preset fuzz: clang + libFuzzer,
 #      build-fuzz/). The long run is scripts/fuzz.sh.
-# MK_CUDA=OFF leaves the CUDA interpreter out of step 1 (the others never build it).
+# MK_CUDA=OFF leaves the CUDA interpreter out of step 1 (the others never build it); without nvcc
+# step 1 is CPU only and says so. The CPU tests are the same either way.
 set -euo pipefail
 cd "$(dirname "$0")"
-export MK_WERROR=${MK_WERROR:-ON} MK_TEST_DEPS=1
+export MK_TEST_DEPS=1
 jobs=$(nproc)
 scripts/setup.sh
+if grep -q '^MK_CUDA:BOOL=ON$' build/CMakeCache.txt; then
+  cuda="compiled (mk_cuda, mk_gpu_tests, mkbench; the GPU tests are not run here)"
+else
+  cuda="NOT compiled (CPU only)"
+fi
 ctest --test-dir build --output-on-failure
 cmake --preset asan-ubsan >/dev/null
 cmake --build --preset asan-ubsan -j"$jobs"
@@ -18,3 +27,4 @@ ctest --preset asan-ubsan
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j"$jobs" --target fuzzers
 ctest --preset fuzz
+echo "test.sh: passed: release, asan-ubsan, fuzz; the CUDA interpreter: $cuda"
