@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's pictures, regenerated from the examples with the tools in BUILD (default build/):
+# The pictures of docs/design.md, regenerated from the examples with the tools in BUILD (default build/):
 #   docs/llama-3.2-1b-ops.svg          op-level dependency graph of Llama-3.2-1B (mkplan --dot)
 #   docs/llama-3.2-1b-layer0-tasks.svg the attention tasks of its layer 0 with counters and SMs (--dot-layers 0 --dot-ops)
 #   docs/tiny-llama-trace.svg          a decode step of tiny-llama on the emulator's logical clock (mkrun --trace)
