@@ -112,6 +112,48 @@ void OutputFile::commit() {
   temporary_.clear();
 }
 
+bool same_file(const fs::path& a, const fs::path& b) {
+  std::error_code ec;
+  const bool a_exists = fs::exists(a, ec), b_exists = fs::exists(b, ec);
+  if (a_exists && b_exists) return fs::equivalent(a, b, ec) && !ec;
+  if (a_exists || b_exists) return false;
+  const fs::path x = fs::weakly_canonical(fs::absolute(a, ec), ec);
+  if (ec) return false;
+  const fs::path y = fs::weakly_canonical(fs::absolute(b, ec), ec);
+  return !ec && x == y;
+}
+
+namespace {
+
+// A path that exists and is not a regular file (after symbolic links): a device or a FIFO is
+// written into, never replaced, and anything else OutputFile refuses on its own.
+bool written_into(const fs::path& p) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(p, ec);
+  return !ec && fs::exists(st) && !fs::is_regular_file(st);
+}
+
+}  // namespace
+
+void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs, bool force) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const NamedPath& out = outputs[i];
+    if (out.path.empty() || written_into(out.path)) continue;
+    for (size_t j = 0; j < i; ++j)
+      if (!outputs[j].path.empty() && same_file(outputs[j].path, out.path))
+        throw OutputError(outputs[j].what + " " + outputs[j].path.string() + " and " + out.what + " " + out.path.string() +
+                          " are the same file; choose two different output paths");
+    if (force) continue;
+    for (const NamedPath& in : inputs) {
+      std::error_code ec;
+      if (in.path.empty() || !fs::exists(in.path, ec) || !same_file(out.path, in.path)) continue;
+      throw OutputError(out.what + " " + out.path.string() + " would overwrite " + in.what + " " + in.path.string() +
+                        (out.path.lexically_normal() == in.path.lexically_normal() ? "" : " (the same file)") +
+                        "; choose another output path, or pass --force to overwrite it");
+    }
+  }
+}
+
 void write_file(const fs::path& destination, std::span<const std::byte> bytes) {
   OutputFile out(destination);
   out.write(bytes.data(), bytes.size());

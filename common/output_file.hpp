@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace mk::io {
 
@@ -51,6 +52,25 @@ class OutputFile {
   int fd_ = -1;
   bool committed_ = false;
 };
+
+// A file a command reads or writes, as messages name it: for an output the option that names it
+// ("-o", "--dot"), for an input its role ("the model", "the schedule").
+struct NamedPath {
+  std::string what;
+  std::filesystem::path path;
+};
+
+// Whether `a` and `b` are the same file: the same path, a symbolic link to the other or a hard
+// link (std::filesystem::equivalent); for paths that do not exist yet, the same absolute path once
+// the parts that exist are resolved.
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b);
+
+// The check every tool makes before it writes anything (so that nothing is lost on bad input):
+// refuses an output that is one of the command's inputs, unless `force`, and two outputs that are
+// the same file. Outputs that are devices or FIFOs (written into, never replaced) are not checked.
+// Throws OutputError, e.g. "-o my.yaml would overwrite the model my.yaml; choose another output
+// path, or pass --force to overwrite it".
+void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs, bool force);
 
 // One-shot helpers: the whole contents at once.
 void write_file(const std::filesystem::path& destination, std::span<const std::byte> bytes);

@@ -398,6 +398,45 @@ TEST_CASE("hardening: every output goes through OutputFile") {
   }
 }
 
+TEST_CASE("hardening: no output overwrites one of the command's inputs unless forced (check_outputs)") {
+  TempDir dir;
+  const fs::path model = dir.path / "my.yaml", out = dir.path / "s.bin";
+  put_text(model, "model");
+  const std::vector<mk::io::NamedPath> inputs = {{"the model", model}};
+  auto refusal = [&](const std::vector<mk::io::NamedPath>& outputs, bool force = false) {
+    return error_of([&] { mk::io::check_outputs(outputs, inputs, force); });
+  };
+  SUBCASE("the same path, a symbolic link to it, a hard link: refused, naming both") {
+    CHECK(refusal({{"-o", model}}) == "-o " + model.string() + " would overwrite the model " + model.string() +
+                                          "; choose another output path, or pass --force to overwrite it");
+    CHECK(refusal({{"-o", dir.path / "." / "my.yaml"}}) ==
+          "-o " + (dir.path / "." / "my.yaml").string() + " would overwrite the model " + model.string() +
+              "; choose another output path, or pass --force to overwrite it");
+    fs::create_symlink(model, dir.path / "link.bin");
+    CHECK(refusal({{"-o", out}, {"--dot", dir.path / "link.bin"}}) ==
+          "--dot " + (dir.path / "link.bin").string() + " would overwrite the model " + model.string() +
+              " (the same file); choose another output path, or pass --force to overwrite it");
+    fs::create_hard_link(model, dir.path / "hard.bin");
+    CHECK(refusal({{"-o", dir.path / "hard.bin"}}) != "");
+    CHECK(read_text(model) == "model");
+  }
+  SUBCASE("--force lets an output replace an input; other files and devices pass") {
+    using mk::io::check_outputs;
+    CHECK_NOTHROW(check_outputs({{"-o", model}}, inputs, true));
+    CHECK_NOTHROW(check_outputs({{"-o", out}, {"--dot", dir.path / "d.dot"}, {"--emit-yaml", ""}}, inputs, false));
+    put_text(out, "an older schedule");  // an existing output that is no input is replaced as before
+    CHECK_NOTHROW(check_outputs({{"-o", out}}, inputs, false));
+    CHECK_NOTHROW(check_outputs({{"-o", "/dev/null"}}, {{"the model", "/dev/null"}}, false));
+    // An input that does not exist cannot be lost (reading it fails on its own).
+    CHECK_NOTHROW(check_outputs({{"-o", out}}, {{"the model", dir.path / "gone.yaml"}}, false));
+  }
+  SUBCASE("two outputs that are the same file are refused, even with --force") {
+    const std::string twice = refusal({{"-o", out}, {"--dot", dir.path / "." / "s.bin"}}, true);
+    CHECK(twice == "-o " + out.string() + " and --dot " + (dir.path / "." / "s.bin").string() +
+                       " are the same file; choose two different output paths");
+  }
+}
+
 // ---- non-finite logits stop the run ------------------------------------------------------------
 
 TEST_CASE("hardening: NaN or Inf logits stop generate() with the step named") {
