@@ -21,10 +21,10 @@ class EmulatorBackend : public Backend {
   EmulatorBackend(const schedule::Schedule& s, const Checkpoint& ckpt, const RuntimeOptions& opt)
       : s_(s), opt_(opt), emulator_(s) {
     check_weights(s, ckpt);
-    check_context_memory(s, opt.max_context, physical_memory_bytes(), "host memory");
+    check_context_memory(s, opt.max_context, physical_memory_bytes(), "host memory", opt.slots);
     // Not a member initializer: that ran before the check above, and a context of 4e9
     // positions allocated 16 GB of token history before it was refused.
-    history_.assign(opt.max_context + size_t{1}, -1);
+    history_.assign((opt.max_context + size_t{1}) * opt.slots, -1);
     for (const schedule::Wait& w : s.waits) max_target_ = std::max(max_target_, w.target);
     buffers_.resize(s.tensors.size());
     pointers_.resize(s.tensors.size(), nullptr);
@@ -35,51 +35,61 @@ class EmulatorBackend : public Backend {
         pointers_[i] = const_cast<uint8_t*>(ckpt.find(t.key)->bytes.data());
         continue;
       }
-      const uint64_t n = t.elements() * (t.role == schedule::Role::kv_cache ? opt.max_context : 1);
+      const uint64_t n = t.elements() * (t.role == schedule::Role::kv_cache ? uint64_t{opt.max_context} * opt.slots : s.max_tokens);
       // Poison: all-ones bytes are NaN in f32 and bf16, so a read of anything unwritten shows.
       try {
         buffers_[i].assign(n * schedule::dtype_bytes(t.dtype), 0xff);
       } catch (const std::bad_alloc&) {
         throw std::runtime_error("out of memory: a context of " + std::to_string(opt.max_context) + " positions needs " +
-                                 show_bytes(state_bytes(s, opt.max_context)) + " of host memory; lower --max-context");
+                                 show_bytes(state_bytes(s, opt.max_context, opt.slots)) + " of host memory; lower --max-context");
       }
       pointers_[i] = buffers_[i].data();
     }
   }
 
   std::string name() const override { return "emulator"; }
+  uint32_t slots() const override { return opt_.slots; }
 
-  void set_tokens(uint32_t first, const std::vector<int32_t>& ids) override {
-    if (uint64_t{first} + ids.size() > history_.size()) throw std::invalid_argument("set_tokens: beyond the token history");
-    std::copy(ids.begin(), ids.end(), history_.begin() + first);
+  void set_history(uint32_t slot, uint32_t first, const std::vector<int32_t>& ids) override {
+    if (slot >= opt_.slots || uint64_t{first} + ids.size() > opt_.max_context + uint64_t{1})
+      throw std::invalid_argument("set_history: beyond the token history");
+    std::copy(ids.begin(), ids.end(), history_.begin() + slot * (opt_.max_context + size_t{1}) + first);
   }
 
-  void run(uint32_t first, uint32_t count, uint32_t fed_from) override {
-    for (uint32_t pos = first; pos < first + count; ++pos) {
-      if (pos >= opt_.max_context)
-        throw std::invalid_argument("position " + std::to_string(pos) + " is beyond the KV cache (" +
-                                    std::to_string(opt_.max_context) + ")");
+  void run_steps(const StepRun& run) override {
+    check_step_run(s_, run, opt_.slots, opt_.max_context);
+    std::vector<schedule::StepSegment> segments = run.segments;
+    for (uint32_t k = 0; k < run.steps; ++k) {
       // Monotonic counters, as on the GPU: zero them before target * generation could wrap.
       if (uint64_t{generation_ + 1} * max_target_ >= 0xffffffffull) {
         emulator_.reset_counters();
         generation_ = 0;
       }
-      const schedule::StepContext ctx{pos, opt_.max_context, ++generation_, 1, kv_split_policy(s_, opt_.kv_splits),
-                                      history_.data() + pos, pos + 1 >= fed_from ? history_.data() + pos + 1 : nullptr,
+      uint32_t last = 0;  // the step's last position
+      for (size_t j = 0; j < segments.size(); ++j) {
+        segments[j].start = run.segments[j].start + k * run.advance;
+        last = std::max(last, segments[j].start + segments[j].rows - 1);
+      }
+      const schedule::StepContext ctx{last, opt_.max_context, ++generation_, run.rows(), kv_split_policy(s_, opt_.kv_splits),
+                                      static_cast<uint32_t>(segments.size()), segments.data(), history_.data(),
                                       nullptr};  // the emulator's own counters
-      emulator_.run_step(ctx, {pointers_.data(), static_cast<uint32_t>(pointers_.size())}, opt_.order, opt_.seed + pos);
+      emulator_.run_step(ctx, {pointers_.data(), static_cast<uint32_t>(pointers_.size())}, opt_.order, opt_.seed + last);
     }
   }
 
-  std::vector<int32_t> history(uint32_t begin, uint32_t end) override {
-    if (begin > end || end > history_.size()) throw std::invalid_argument("history: beyond the token history");
-    return {history_.begin() + begin, history_.begin() + end};
+  std::vector<int32_t> read_history(uint32_t slot, uint32_t begin, uint32_t end) override {
+    if (slot >= opt_.slots || begin > end || end > opt_.max_context + uint64_t{1})
+      throw std::invalid_argument("history: beyond the token history");
+    const auto base = history_.begin() + slot * (opt_.max_context + size_t{1});
+    return {base + begin, base + end};
   }
 
-  std::vector<float> logits() override {
+  std::vector<float> logits_rows(uint32_t row, uint32_t rows) override {
     const auto& b = buffers_[s_.logits_tensor];
-    std::vector<float> out(b.size() / sizeof(float));
-    std::memcpy(out.data(), b.data(), b.size());
+    const size_t vocab = s_.tensors[s_.logits_tensor].elements();
+    if (uint64_t{row} + rows > s_.max_tokens) throw std::invalid_argument("logits: rows beyond the schedule's max_tokens");
+    std::vector<float> out(size_t{rows} * vocab);
+    std::memcpy(out.data(), b.data() + size_t{row} * vocab * sizeof(float), out.size() * sizeof(float));
     return out;
   }
 
@@ -93,19 +103,22 @@ class EmulatorBackend : public Backend {
   Emulator emulator_;
   std::vector<std::vector<uint8_t>> buffers_;
   std::vector<void*> pointers_;
-  std::vector<int32_t> history_;  // [max_context + 1], made once the context is checked
+  std::vector<int32_t> history_;  // [slots][max_context + 1], made once the context is checked
   uint32_t generation_ = 0;
   uint32_t max_target_ = 1;
 };
 
 }  // namespace
 
-uint64_t state_bytes(const schedule::Schedule& s, uint64_t max_context) {
+uint64_t state_bytes(const schedule::Schedule& s, uint64_t max_context, uint64_t slots) {
   uint64_t total = 0;
   for (const schedule::Tensor& t : s.tensors) {
     if (t.role == schedule::Role::weight) continue;
     uint64_t n = t.elements() * schedule::dtype_bytes(t.dtype);  // at most 2^42: the reader's limit
-    if (t.role == schedule::Role::kv_cache && __builtin_mul_overflow(n, max_context, &n)) return UINT64_MAX;
+    if (t.role != schedule::Role::kv_cache && __builtin_mul_overflow(n, uint64_t{s.max_tokens}, &n)) return UINT64_MAX;
+    if (t.role == schedule::Role::kv_cache &&
+        (__builtin_mul_overflow(n, max_context, &n) || __builtin_mul_overflow(n, slots, &n)))
+      return UINT64_MAX;
     if (__builtin_add_overflow(total, n, &total)) return UINT64_MAX;
   }
   return total;
@@ -126,15 +139,20 @@ std::string show_bytes(uint64_t bytes) {
   return o.str();
 }
 
-void check_context_memory(const schedule::Schedule& s, uint64_t max_context, uint64_t available, const std::string& memory) {
+void check_context_memory(const schedule::Schedule& s, uint64_t max_context, uint64_t available, const std::string& memory,
+                          uint64_t slots) {
   if (max_context == 0 || max_context > limits::kMaxContext)
     throw std::invalid_argument("a context of " + std::to_string(max_context) + " positions is outside 1 to " +
                                 std::to_string(limits::kMaxContext) + "; lower --max-context");
-  const uint64_t need = state_bytes(s, max_context);
+  if (slots == 0 || slots > limits::kMaxSlots)
+    throw std::invalid_argument(std::to_string(slots) + " sequences at once is outside 1 to " + std::to_string(limits::kMaxSlots));
+  const uint64_t need = state_bytes(s, max_context, slots);
+  const std::string what = slots > 1 ? std::to_string(slots) + " sequences of " + std::to_string(max_context) + " positions"
+                                     : "a context of " + std::to_string(max_context) + " positions";
   if (need > available)
-    throw std::invalid_argument("a context of " + std::to_string(max_context) + " positions needs " + show_bytes(need) +
-                                " of " + memory + " for the KV caches and activations, more than the " +
-                                show_bytes(available) + " there is; lower --max-context");
+    throw std::invalid_argument(what + " needs " + show_bytes(need) + " of " + memory +
+                                " for the KV caches and activations, more than the " + show_bytes(available) +
+                                " there is; lower --max-context" + (slots > 1 ? " or the batch" : ""));
 }
 
 void check_finite_logits(std::span<const float> logits, uint32_t step, uint32_t steps, uint32_t first_position) {
@@ -153,76 +171,36 @@ std::unique_ptr<Backend> make_emulator_backend(const schedule::Schedule& s, cons
   return std::make_unique<EmulatorBackend>(s, c, o);
 }
 
-GenerateResult generate(Backend& backend, const schedule::Schedule& s, const GenerateOptions& opt, uint32_t max_context) {
-  if (opt.prompt.empty()) throw std::invalid_argument("the prompt needs at least one token");
-  const uint64_t vocab = s.tensors[s.logits_tensor].elements();
-  for (int32_t id : opt.prompt)
-    if (id < 0 || static_cast<uint64_t>(id) >= vocab)
-      throw std::invalid_argument("prompt token " + std::to_string(id) + " is outside the vocabulary [0, " +
-                                  std::to_string(vocab) + ")");
-  const uint64_t all_steps = opt.prompt.size() + (opt.tokens ? uint64_t{opt.tokens} - 1 : 0);
-  if (opt.start + all_steps > max_context)
-    throw std::invalid_argument(std::to_string(all_steps) + " steps" +
-                                (opt.start ? " after " + std::to_string(opt.start) + " positions" : std::string()) +
-                                " do not fit a context of " + std::to_string(max_context) + " positions; raise --max-context");
-  const uint32_t steps = static_cast<uint32_t>(all_steps), at = opt.start;  // at: the first step's position
-  const uint32_t prompt = static_cast<uint32_t>(opt.prompt.size());
-  GenerateResult r;
-  r.prompt_steps = prompt - 1;
-  const auto start = std::chrono::steady_clock::now();
-  auto decode_start = start;  // a prompt of one token: the first step decodes
-  backend.set_tokens(at, opt.prompt);
-  // Chunks of kDecodeChunk steps (one step where every step's logits are kept): the prompt's
-  // steps up to its last one, then the rest, so that the decode time starts at that step. Each
-  // step feeds the next from its own greedy token once past the prompt, on the backend's side;
-  // the host reads the tokens back once per chunk.
-  const uint32_t chunk = opt.keep_logits ? 1 : kDecodeChunk;
-  auto chunk_from = [&](uint32_t done) { return std::min(chunk, (done < prompt - 1 ? prompt - 1 : steps) - done); };
-  // Where the backend queues its runs, the next chunk is queued before the host reads one, so
-  // that the GPU does not wait while the host copies a chunk's tokens back and hands them on
-  // (that wait put mkrun's decode 4 % over mkbench's step on Llama-3.2-1B; bench/NOTES.md 119).
-  // The logits are then checked for the first chunk's last step, before a second is queued,
-  // and for the last step run: NaN or Inf weights show in every step, and a NaN a step makes
-  // before a layer's k and v reaches every later step through the KV cache. Otherwise every
-  // chunk's last step is checked (neither reads the other steps' logits).
-  const bool ahead = backend.queues_runs() && !opt.keep_logits;
-  uint32_t queued = 0;  // steps run or queued
-  auto queue = [&] {
-    const uint32_t n = chunk_from(queued);
-    backend.run(at + queued, n, at + prompt);
-    queued += n;
-  };
-  auto check_logits = [&](uint32_t step) {
-    std::vector<float> logits = backend.logits();
-    check_finite_logits(logits, step, steps, at);
-    if (opt.keep_logits) r.logits.push_back(std::move(logits));
-  };
-  for (uint32_t done = 0; done < steps && !r.stopped;) {
-    const uint32_t n = chunk_from(done);
-    if (queued == done) queue();                       // this chunk
-    if (ahead && done > 0 && queued < steps) queue();  // and, past the first, the next before reading this one
-    const std::vector<int32_t> fed = backend.history(at + done + 1, at + done + n + 1);
-    if (!ahead || done == 0) check_logits(done + n - 1);
-    if (done + n == prompt - 1) decode_start = std::chrono::steady_clock::now();  // the prompt's steps have run
-    for (uint32_t i = 0; i < n; ++i) {
-      const uint32_t pos = done + i;
-      if (pos + 1 >= prompt) r.tokens.push_back(fed[i]);
-      if (opt.on_step) opt.on_step(pos + 1, steps, fed[i]);
-      r.steps = pos + 1;
-      // Generation ends at a stop token, which is kept; steps queued after it are discarded.
-      if (pos + 1 >= prompt && opt.tokens && opt.stop && opt.stop(fed[i])) {
-        r.stopped = true;
-        break;
-      }
-    }
-    done += n;
+uint32_t StepRun::rows() const {
+  uint32_t n = 0;
+  for (const schedule::StepSegment& g : segments) n += g.rows;
+  return n;
+}
+
+StepRun StepRun::decode(uint32_t first, uint32_t count, uint32_t fed_from) {
+  return StepRun{{schedule::StepSegment{0, first, 1, 0, fed_from}}, count, 1};
+}
+
+void check_step_run(const schedule::Schedule& s, const StepRun& run, uint32_t slots, uint32_t max_context) {
+  if (run.segments.empty()) throw std::invalid_argument("a step needs at least one sequence");
+  std::vector<bool> used(slots, false);
+  uint64_t rows = 0;
+  for (const schedule::StepSegment& g : run.segments) {
+    if (g.rows == 0) throw std::invalid_argument("a step holds an empty run of positions");
+    if (g.slot >= slots)
+      throw std::invalid_argument("sequence slot " + std::to_string(g.slot) + " is outside the backend's " +
+                                  std::to_string(slots) + (slots == 1 ? " slot" : " slots"));
+    if (used[g.slot]) throw std::invalid_argument("slot " + std::to_string(g.slot) + " appears twice in one step");
+    used[g.slot] = true;
+    if (g.row_begin != rows) throw std::invalid_argument("a step's runs of positions must follow each other (row_begin)");
+    rows += g.rows;
+    const uint64_t last = g.start + uint64_t{run.steps ? run.steps - 1 : 0} * run.advance + g.rows - 1;
+    if (last >= max_context)
+      throw std::invalid_argument("position " + std::to_string(last) + " is beyond the KV cache (" + std::to_string(max_context) + ")");
   }
-  const auto end = std::chrono::steady_clock::now();
-  if (ahead) check_logits(queued - 1);
-  r.seconds = std::chrono::duration<double>(end - start).count();
-  r.decode_seconds = std::chrono::duration<double>(end - decode_start).count();
-  if (opt.tokens == 0) r.tokens.clear();
-  return r;
+  if (rows > s.max_tokens)
+    throw std::invalid_argument("a step of " + std::to_string(rows) + " tokens is more than the schedule's max_tokens (" +
+                                std::to_string(s.max_tokens) + "); plan with mkplan --max-tokens " + std::to_string(rows));
 }
 
 void write_npy(const std::string& path, const std::vector<std::vector<float>>& rows) {

@@ -10,6 +10,7 @@
 
 #include "planner/program.hpp"
 #include "schedules/format.hpp"
+#include "schedules/ops.hpp"
 
 namespace mk::planner {
 
@@ -97,7 +98,11 @@ extern const FieldSpec kTokenOpFields[2];
 uint64_t infer_token_op(OpCheck&);
 schedule::Opcode opcode_by_name(std::string_view name);  // noop when unknown
 
-#define MK_OP(name, code, payload) const OpDef& op_def_##name();
+// Each op's definition (planner/ops/<op>.cpp), and the same found by its payload type (op_def()
+// dispatches through schedule::visit_opcode).
+#define MK_OP(name, code, payload)  \
+  const OpDef& op_def_##name();     \
+  inline const OpDef& op_def_for(schedule::OpTag<schedule::payload>) { return op_def_##name(); }
 #include "schedules/op_table.def"
 #undef MK_OP
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "schedules/cost.hpp"
+#include "schedules/limits.hpp"
 
 namespace mk::planner {
 namespace {
@@ -282,6 +283,7 @@ void build_schedule(Plan& p, uint32_t sms, const std::vector<std::vector<uint32_
   s.logits_tensor = p.program.logits;
   s.token_tensor = p.program.token;
   s.kv_splits = kv_split_policy(*p.program.model, attention_head_dim(p.program));
+  s.max_tokens = p.max_tokens;
   for (const TensorInfo& t : p.program.tensors) s.tensors.push_back({t.name, t.key, t.role, t.dtype, t.shape});
   uint32_t first = 0;
   for (const OpInfo& op : p.program.ops) {
@@ -329,9 +331,13 @@ double task_bytes(const Task& t) { return schedule::instruction_bytes(t.spec.ins
 
 Plan plan(const dsl::ModelGraph& model, const PlanOptions& options) {
   if (options.sm_count == 0 || options.sm_count > 4096) throw std::invalid_argument("the SM count must be 1 to 4096");
+  if (options.max_tokens > limits::kMaxStepTokens)
+    throw std::invalid_argument("max_tokens " + std::to_string(options.max_tokens) + " is outside 1 to " +
+                                std::to_string(limits::kMaxStepTokens));
   Plan p;
   p.policy = options.policy;
   p.program = analyze(model, options.sm_count);
+  p.max_tokens = options.max_tokens ? options.max_tokens : max_tokens(model);
   lower_tasks(p);
   const Index ix = index_of(p);
   derive_edges(p, ix);

@@ -19,6 +19,7 @@ const char* policy_name(Policy);
 struct PlanOptions {
   uint32_t sm_count = schedule::kDefaultSmCount;
   Policy policy = Policy::round_robin;
+  uint32_t max_tokens = 0;  // tokens a step may run; 0: the model's config max_tokens (default 1)
 };
 
 // The context the planner's costs assume (the critical-path policy, the summary's critical path
@@ -60,6 +61,7 @@ struct Plan {
   schedule::Schedule schedule;
   PlanStats stats;
   Policy policy = Policy::round_robin;
+  uint32_t max_tokens = 1;  // the schedule's
 };
 
 Plan plan(const dsl::ModelGraph&, const PlanOptions& = {});

@@ -92,14 +92,10 @@ schedule::Opcode opcode_by_name(std::string_view name) {
 }
 
 const OpDef& op_def(schedule::Opcode op) {
-  switch (op) {
-#define MK_OP(name, code, payload) \
-  case schedule::Opcode::name: return op_def_##name();
-#include "schedules/op_table.def"
-#undef MK_OP
-    default: break;
-  }
-  throw std::logic_error("op_def: no definition for opcode");
+  const OpDef* def = nullptr;
+  schedule::visit_opcode(op, [&](auto tag) { def = &op_def_for(tag); });
+  if (!def) throw std::logic_error("op_def: no definition for opcode");
+  return *def;
 }
 
 // ---- OpCheck ----
@@ -215,6 +211,16 @@ schedule::KvSplitPolicy kv_split_policy(const dsl::ModelGraph& m, uint32_t head_
           positions("short_positions", head_dim ? std::max(1u, kShortStepBytes / (4 * head_dim)) : 0, "no short steps")};
 }
 
+uint32_t max_tokens(const dsl::ModelGraph& m) {
+  const auto it = m.config.find("max_tokens");
+  if (it == m.config.end()) return 1;
+  const std::optional<double> T = it->second.number;
+  if (!T || !(*T >= 1 && *T <= limits::kMaxStepTokens && *T == std::floor(*T)))
+    throw dsl::Error(it->second.loc, "config max_tokens is '" + it->second.text + "'; expected a whole number of tokens a step, 1 to " +
+                                         std::to_string(limits::kMaxStepTokens));
+  return static_cast<uint32_t>(*T);
+}
+
 namespace {
 // The head_dim an attention op's k cache gives (its rows), 0 when it names no cache of shape
 // [kv_heads, head_dim].
@@ -238,6 +244,7 @@ Program analyze(const dsl::ModelGraph& model, uint32_t sm_count) {
   p.model = &model;
   p.sm_count = std::max<uint32_t>(sm_count, 1);
   kv_split_policy(model, 0);  // a bad value is refused here, at its line
+  max_tokens(model);
   for (const dsl::TensorDecl& d : model.tensors) {
     TensorInfo t;
     t.name = d.name;

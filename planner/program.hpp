@@ -71,6 +71,10 @@ uint32_t auto_kv_splits(uint32_t sm_count, uint32_t kv_heads);
 inline constexpr uint32_t kDefaultKvSplitPositions = 64, kShortStepBytes = 128 * 1024;
 // `head_dim`: the attention's (the largest, if several; 0 if none), for the short steps' default.
 schedule::KvSplitPolicy kv_split_policy(const dsl::ModelGraph&, uint32_t head_dim);
+// The tokens a step may run (the schedule's max_tokens: prompt chunks, sequences decoded
+// together) from the config's max_tokens, 1 when absent; refused at its line outside 1 to
+// limits::kMaxStepTokens. Every op takes any number of rows up to it; the plan is the same.
+uint32_t max_tokens(const dsl::ModelGraph&);
 // The largest head_dim of the program's attention ops (their k cache's rows), 0 if none.
 uint32_t attention_head_dim(const Program&);
 

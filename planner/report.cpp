@@ -69,6 +69,7 @@ std::string summary(const Plan& p) {
   else
     o << "short steps up to position " << s.kv_splits.short_positions << " (config short_positions): "
       << p.short_takeovers << " attn_reduce tasks done by the attention\n";
+  o << "tokens a step:         up to " << s.max_tokens << " (config max_tokens, mkplan --max-tokens)\n";
   o << "MB moved per SM:       " << min_median_max(mb_per_sm) << " (" << total_mb << " MB in all)\n";
   o << "critical path:         " << p.stats.critical_path_tasks << " tasks, " << p.stats.critical_path_us
     << " us by the cost model (floor at full bandwidth " << total_mb * 1e6 / schedule::kStreamBytesPerUs << " us)\n";

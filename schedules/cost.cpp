@@ -7,27 +7,19 @@
 namespace mk::schedule {
 
 double instruction_bytes(const Instruction& inst, uint32_t context) {
-  switch (static_cast<Opcode>(inst.opcode)) {
-#define MK_OP(name, code, payload) \
-  case Opcode::name: return bytes_streamed(payload_as<payload>(inst), context);
-#include "schedules/op_table.def"
-#undef MK_OP
-    default: return 0;
-  }
+  double bytes = 0;
+  visit_payload(inst, [&](const auto& p) { bytes = bytes_streamed(p, context); });
+  return bytes;
 }
 
 StepContext cost_step(const KvSplitPolicy& policy, uint32_t context) {
-  return StepContext{context ? context - 1 : 0, context, 1, 1, policy, nullptr, nullptr, nullptr};
+  return StepContext{context ? context - 1 : 0, context, 1, 1, policy, 0, nullptr, nullptr, nullptr};
 }
 
 double instruction_us(const Instruction& inst, const CostModel& m, const StepContext& step) {
-  switch (static_cast<Opcode>(inst.opcode)) {
-#define MK_OP(name, code, payload) \
-  case Opcode::name: return cost_us(payload_as<payload>(inst), m, step);
-#include "schedules/op_table.def"
-#undef MK_OP
-    default: return 0;
-  }
+  double us = 0;
+  visit_payload(inst, [&](const auto& p) { us = cost_us(p, m, step); });
+  return us;
 }
 
 double predict_step_us(const Schedule& s, uint32_t context, const CostModel& m) {

@@ -18,16 +18,21 @@
 namespace mk::schedule {
 
 inline constexpr char kMagic[8] = {'M', 'K', 'S', 'C', 'H', 'E', 'D', '\0'};
-inline constexpr uint32_t kFormatVersion = 5;  // 2: matvec biases; 3: short steps; 4: argmax split, tickets; 5: short-step waits
+// 2: matvec biases; 3: short steps; 4: argmax split, tickets; 5: short-step waits; 6: max_tokens
+inline constexpr uint32_t kFormatVersion = 6;
 // The oldest version read: a version 4 file reads as version 5 with every instruction's short
-// waits equal to its waits (version 4's reserved word there, zero, becomes short_wait_count).
+// waits equal to its waits (version 4's reserved word there, zero, becomes short_wait_count);
+// a version 4 or 5 file plans one token a step (max_tokens 1: its reserved word, zero, read as 1).
 inline constexpr uint32_t kOldestReadVersion = 4;
 inline constexpr uint32_t kNone = 0xffffffffu;  // "no tensor" in a payload field
 inline constexpr uint32_t kMaxRank = 4;
 inline constexpr uint32_t kPayloadBytes = 96;
 
 enum class DType : uint8_t { bf16 = 0, f32 = 1, i32 = 2 };
-// kv_cache tensors store the shape of ONE position; the context length is chosen at run time.
+// A tensor record stores the shape of ONE token for activations and io tensors: they hold
+// max_tokens rows of it (the step's tokens, row-major; row r at r * elements()). kv_cache
+// tensors store the shape of ONE position of ONE sequence: the context length and the number
+// of sequences (slots) are chosen at run time, laid out [slot][shape[0]][position][shape[1]].
 enum class Role : uint8_t { weight = 0, activation = 1, kv_cache = 2, io = 3 };
 
 enum class Opcode : uint16_t {
@@ -52,11 +57,12 @@ struct FileHeader {
   uint32_t wait_count;
   uint32_t signal_count;
   uint32_t string_bytes;
-  uint32_t logits_tensor;  // f32 [vocab], what --dump-logits writes
-  uint32_t token_tensor;   // i32 [1], the greedy token each step produces
+  uint32_t logits_tensor;  // f32 [vocab] per row, what --dump-logits writes
+  uint32_t token_tensor;   // i32 [1] per row, the greedy token each row produces
   uint32_t kv_split_positions;  // KvSplitPolicy (StepContext::kv_splits), unless the runtime is told otherwise
   uint32_t short_positions;
-  uint32_t reserved[3];
+  uint32_t max_tokens;  // rows a step may have (version 6; 1 before)
+  uint32_t reserved[2];
 };
 static_assert(sizeof(FileHeader) == 96);
 
@@ -127,20 +133,56 @@ struct KvSplitPolicy {
   uint32_t short_positions;
 };
 
-// What changes from one decode step to the next; passed to every op body. Tokens are arrays of
-// the batch size (1 for now) in the executing side's memory, so that a step can read the token
-// the previous step produced without a round trip to the host.
-struct StepContext {
-  uint32_t pos;             // position of the token being decoded
-  uint32_t max_context;     // KV-cache capacity in positions
-  uint32_t generation;      // counter generation of this step, >= 1
-  uint32_t batch;           // sequences decoded together (1)
-  KvSplitPolicy kv_splits;
-  const int32_t* tokens;    // [batch] the token ids decoded at this step
-  int32_t* next_tokens;     // [batch] where the step's greedy tokens also go (the next step's input), or null
-  uint32_t* counters;       // [counter_count] the executing side's counters: an op whose tasks combine
-                            // by ticket (last_ticket) counts on its own counter there
+// A step runs `rows` tokens (1 to the schedule's max_tokens): row r of every activation. They
+// come in segments, each a run of consecutive positions of one sequence (its KV-cache slot and
+// token history): a prompt chunk is one segment of many rows, a batch of decoding sequences one
+// segment a sequence. A row attends to its sequence's positions up to its own: the cache before
+// the segment's start, and the segment's rows up to its own (appended to the cache at this step).
+struct StepSegment {
+  uint32_t slot;       // the sequence's KV-cache slot and token history
+  uint32_t start;      // position of its first row
+  uint32_t rows;       // rows at positions start, start + 1, ..., start + rows - 1
+  uint32_t row_begin;  // its first row in the step: the segments' rows, in order
+  uint32_t fed_from;   // a row at position q writes its token to the history at q + 1 when q + 1 >= fed_from
 };
+
+// What changes from one step to the next; passed to every op body. Token ids live in a history
+// in the executing side's memory ([slot][max_context + 1]): row r of segment g decodes
+// history[g.slot][q] (q its position) and its greedy (or sampled) token may go to
+// history[g.slot][q + 1], so that a step can read what the previous step produced without a
+// round trip to the host.
+struct StepContext {
+  uint32_t pos;          // the step's last position: the largest of its rows' (short steps, costs)
+  uint32_t max_context;  // KV-cache capacity in positions, per slot
+  uint32_t generation;   // counter generation of this step, >= 1
+  uint32_t rows;         // tokens in this step, >= 1
+  KvSplitPolicy kv_splits;
+  uint32_t segment_count;
+  const StepSegment* segments;  // [segment_count]
+  int32_t* history;             // [slots][max_context + 1]
+  uint32_t* counters;  // [counter_count] the executing side's counters: an op whose tasks combine
+                       // by ticket (last_ticket) counts on its own counter there
+};
+
+// The segment holding row r (segments are in row order).
+MK_HD inline const StepSegment& row_segment(const StepContext& c, uint32_t r) {
+  uint32_t lo = 0, hi = c.segment_count;  // segments[lo].row_begin <= r < segments[hi].row_begin
+  while (hi - lo > 1) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (c.segments[mid].row_begin <= r) lo = mid;
+    else hi = mid;
+  }
+  return c.segments[lo];
+}
+MK_HD inline uint32_t row_position(const StepSegment& g, uint32_t r) { return g.start + (r - g.row_begin); }
+MK_HD inline int32_t* history_at(const StepContext& c, uint32_t slot, uint32_t pos) {
+  return c.history + uint64_t{slot} * (uint64_t{c.max_context} + 1) + pos;
+}
+// Where row r's token goes, or null (a prompt row before the prompt's last one).
+MK_HD inline int32_t* next_token_of(const StepContext& c, const StepSegment& g, uint32_t r) {
+  const uint32_t q = row_position(g, r);
+  return q + 1 >= g.fed_from ? history_at(c, g.slot, q + 1) : nullptr;
+}
 
 // An op whose tasks combine their results: each task, once its part is written, adds one to the
 // op's ticket counter (no task waits on it or lists it among its signals); the task that brings
@@ -151,7 +193,8 @@ MK_HD inline bool last_ticket(uint32_t before, uint32_t tasks, uint32_t generati
   return before + 1 == tasks * generation;
 }
 
-// A step whose every attention has one active KV split: the one that also does attn_reduce's work.
+// A step whose every attention has one active KV split: the one that also does attn_reduce's work
+// (every row at or before short_positions).
 MK_HD inline bool short_step(const StepContext& c) { return c.kv_splits.short_positions != 0 && c.pos <= c.kv_splits.short_positions; }
 
 template <class P>

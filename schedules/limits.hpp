@@ -35,6 +35,11 @@ inline constexpr int kMaxNesting = 64;
 inline constexpr uint64_t kMaxTextBytes = uint64_t{64} << 20;
 inline constexpr uint64_t kMaxScheduleBytes = uint64_t{4} << 30;
 
+// Tokens (rows) a step may run: a schedule's max_tokens, and the sequences one backend holds
+// (KV-cache slots).
+inline constexpr uint32_t kMaxStepTokens = 4096;
+inline constexpr uint32_t kMaxSlots = 4096;
+
 // The KV-cache capacity in positions (the step context stores u32 and ops compute pos + 1).
 inline constexpr uint64_t kMaxContext = uint64_t{1} << 30;
 

@@ -128,6 +128,7 @@ std::vector<uint8_t> serialize(const Schedule& s) {
   h.token_tensor = s.token_tensor;
   h.kv_split_positions = s.kv_splits.positions;
   h.short_positions = s.kv_splits.short_positions;
+  h.max_tokens = s.max_tokens;
   if (s.sm_offsets.size() != size_t{s.sm_count} + 1) throw ScheduleError("sm_offsets must have sm_count + 1 entries");
 
   const Layout l = layout_of(h);
@@ -209,6 +210,7 @@ Schedule deserialize(std::span<const uint8_t> bytes, const std::string& source) 
   s.logits_tensor = h.logits_tensor;
   s.token_tensor = h.token_tensor;
   s.kv_splits = {h.kv_split_positions, h.short_positions};
+  s.max_tokens = h.version < 6 && h.max_tokens == 0 ? 1 : h.max_tokens;
   s.tensors.resize(h.tensor_count);
   for (uint32_t i = 0; i < h.tensor_count; ++i) {
     const size_t at = l.tensors + size_t{i} * sizeof(TensorRecord);
@@ -260,6 +262,8 @@ void validate(const Schedule& s) {
     throw ScheduleError(o.str());
   };
   if (s.sm_offsets.size() != size_t{s.sm_count} + 1) bad("sm_offsets has ", s.sm_offsets.size(), " entries");
+  if (s.max_tokens < 1 || s.max_tokens > limits::kMaxStepTokens)
+    bad("max_tokens ", s.max_tokens, " is outside 1 to ", limits::kMaxStepTokens);
   if (s.sm_offsets.front() != 0 || s.sm_offsets.back() != s.instructions.size())
     bad("sm_offsets do not cover the ", s.instructions.size(), " instructions");
   for (uint32_t sm = 0; sm < s.sm_count; ++sm)
@@ -304,17 +308,11 @@ void validate(const Schedule& s) {
       if (inst.task >= s.task_count) bad(where(), "task id out of range");
       std::string err;
       TicketUse use;  // read only from a payload that passed its check
-      switch (static_cast<Opcode>(inst.opcode)) {
-        case Opcode::noop: break;
-#define MK_OP(name, code, payload)                                   \
-  case Opcode::name:                                                 \
-    err = check_payload(payload_as<payload>(inst), s);               \
-    if (err.empty()) use = ticket_use(payload_as<payload>(inst));    \
-    break;
-#include "schedules/op_table.def"
-#undef MK_OP
-        default: err = "unknown opcode " + std::to_string(inst.opcode);
-      }
+      const bool known = visit_payload(inst, [&](const auto& p) {
+        err = check_payload(p, s);
+        if (err.empty()) use = ticket_use(p);
+      });
+      if (!known && inst.opcode != static_cast<uint16_t>(Opcode::noop)) err = "unknown opcode " + std::to_string(inst.opcode);
       if (!err.empty()) {
         const char* name = opcode_name(static_cast<Opcode>(inst.opcode));
         bad(where(), name ? std::string(name) + ": " : std::string(), err);

@@ -44,6 +44,7 @@ struct Schedule {
   uint32_t logits_tensor = kNone;
   uint32_t token_tensor = kNone;
   KvSplitPolicy kv_splits{};  // the default of StepContext::kv_splits
+  uint32_t max_tokens = 1;    // rows a step may have: activations hold this many rows
 
   std::span<const Instruction> queue(uint32_t sm) const {
     return {instructions.data() + sm_offsets[sm], instructions.data() + sm_offsets[sm + 1]};

@@ -474,18 +474,26 @@ struct RecordingBackend : mk::device::Backend {
   std::vector<int32_t> tokens = std::vector<int32_t>(128, -1);
   explicit RecordingBackend(uint32_t v) : vocab(v) {}
   std::string name() const override { return "recording"; }
-  void set_tokens(uint32_t first, const std::vector<int32_t>& ids) override {
+  void set_history(uint32_t slot, uint32_t first, const std::vector<int32_t>& ids) override {
+    REQUIRE(slot == 0);
     std::copy(ids.begin(), ids.end(), tokens.begin() + first);
   }
-  void run(uint32_t first, uint32_t count, uint32_t fed_from) override {
-    for (uint32_t pos = first; pos < first + count; ++pos) {
-      const uint32_t token = static_cast<uint32_t>(tokens.at(pos));
-      calls.push_back({token, pos});
-      if (pos + 1 >= fed_from) tokens.at(pos + 1) = static_cast<int32_t>((token * 31 + pos * 7 + 3) % vocab);
-    }
+  void run_steps(const mk::device::StepRun& run) override {
+    REQUIRE(run.segments.size() == 1);
+    const mk::schedule::StepSegment& g = run.segments[0];
+    for (uint32_t k = 0; k < run.steps; ++k)
+      for (uint32_t pos = g.start + k * run.advance; pos < g.start + k * run.advance + g.rows; ++pos) {
+        const uint32_t token = static_cast<uint32_t>(tokens.at(pos));
+        calls.push_back({token, pos});
+        if (pos + 1 >= g.fed_from) tokens.at(pos + 1) = static_cast<int32_t>((token * 31 + pos * 7 + 3) % vocab);
+      }
   }
-  std::vector<int32_t> history(uint32_t begin, uint32_t end) override { return {tokens.begin() + begin, tokens.begin() + end}; }
-  std::vector<float> logits() override { return std::vector<float>(vocab, float(calls.size())); }
+  std::vector<int32_t> read_history(uint32_t, uint32_t begin, uint32_t end) override {
+    return {tokens.begin() + begin, tokens.begin() + end};
+  }
+  std::vector<float> logits_rows(uint32_t, uint32_t rows) override {
+    return std::vector<float>(size_t{vocab} * rows, float(calls.size()));
+  }
 };
 
 }  // namespace

@@ -17,50 +17,50 @@
 
 namespace {
 
-// The emulator behind a queue: run() only records the steps; history() runs the queued ones
-// that write what it reads (a step at q writes q + 1), logits() all of them. It logs what
-// generate() asks for, in order. Logits of a step at `nan_from` or later get a NaN.
+// The emulator behind a queue: run_steps() only records the steps; read_history() runs the queued
+// ones that write what it reads (a step at q writes q + 1), logits_rows() all of them. It logs
+// what generate() asks for, in order (slot 0 only). Logits of a step at `nan_from` or later get a
+// NaN.
 class QueuedEmulator : public mk::device::Backend {
  public:
   QueuedEmulator(std::unique_ptr<mk::device::Backend> inner, uint32_t nan_from)
       : inner_(std::move(inner)), nan_from_(nan_from) {}
   std::string name() const override { return "queued emulator"; }
   bool queues_runs() const override { return true; }
-  void set_tokens(uint32_t first, const std::vector<int32_t>& ids) override { inner_->set_tokens(first, ids); }
-  void run(uint32_t first, uint32_t count, uint32_t fed_from) override {
-    queue_.push_back({first, count, fed_from});
-    log.push_back("run " + std::to_string(first));
+  void set_history(uint32_t slot, uint32_t first, const std::vector<int32_t>& ids) override {
+    inner_->set_history(slot, first, ids);
   }
-  std::vector<int32_t> history(uint32_t begin, uint32_t end) override {
+  void run_steps(const mk::device::StepRun& run) override {
+    queue_.push_back(run);
+    log.push_back("run " + std::to_string(run.segments[0].start));
+  }
+  std::vector<int32_t> read_history(uint32_t slot, uint32_t begin, uint32_t end) override {
     size_t last = queue_.size();
     for (size_t j = 0; j < queue_.size(); ++j)
-      if (queue_[j].first + 1 < end) last = j;
+      if (queue_[j].segments[0].start + 1 < end) last = j;
     if (last < queue_.size()) execute(last + 1);
     log.push_back("read " + std::to_string(begin - 1));
-    return inner_->history(begin, end);
+    return inner_->read_history(slot, begin, end);
   }
-  std::vector<float> logits() override {
+  std::vector<float> logits_rows(uint32_t row, uint32_t rows) override {
     execute(queue_.size());
-    std::vector<float> l = inner_->logits();
+    std::vector<float> l = inner_->logits_rows(row, rows);
     if (last_step_ >= nan_from_) l[5] = std::numeric_limits<float>::quiet_NaN();
     return l;
   }
   std::vector<std::string> log;
 
  private:
-  struct Run {
-    uint32_t first, count, fed_from;
-  };
   void execute(size_t runs) {
     for (size_t j = 0; j < runs; ++j) {
-      const Run r = queue_.front();
+      const mk::device::StepRun r = queue_.front();
       queue_.pop_front();
-      inner_->run(r.first, r.count, r.fed_from);
-      last_step_ = r.first + r.count - 1;
+      inner_->run_steps(r);
+      last_step_ = r.segments[0].start + (r.steps - 1) * r.advance + r.segments[0].rows - 1;
     }
   }
   std::unique_ptr<mk::device::Backend> inner_;
-  std::deque<Run> queue_;
+  std::deque<mk::device::StepRun> queue_;
   uint32_t nan_from_, last_step_ = 0;
 };
 
@@ -87,7 +87,7 @@ TEST_CASE("generate on a queuing backend: the next chunk queued before a chunk i
   const Fixture f;
   mk::device::GenerateOptions go;
   go.prompt = {4, 9, 2};
-  go.tokens = 40;  // 42 steps: the prompt's first 2, then chunks of 16, 16 and 8
+  go.tokens = 40;  // 42 positions: the prompt's 3 (one a step here), then chunks of 16, 16 and 7
   auto plain = f.emulator();
   const mk::device::GenerateResult want = mk::device::generate(*plain, f.s, go, f.ro.max_context);
   QueuedEmulator queued(f.emulator(), ~0u);
@@ -95,9 +95,9 @@ TEST_CASE("generate on a queuing backend: the next chunk queued before a chunk i
   CHECK(got.tokens == want.tokens);
   CHECK(got.steps == want.steps);
   CHECK(got.steps == 42);
-  // The first chunk is read (and its logits checked) before another is queued; from then on each
-  // chunk's successor is queued before the chunk is read.
-  const std::vector<std::string> expected = {"run 0", "read 0", "run 2", "run 18", "read 2", "run 34", "read 18", "read 34"};
+  // The prompt is run (and its logits checked) and the first token read before a decode chunk is
+  // queued; from then on each chunk's successor is queued before the chunk is read.
+  const std::vector<std::string> expected = {"run 0", "read 2", "run 3", "run 19", "read 3", "run 35", "read 19", "read 35"};
   CHECK(queued.log == expected);
 }
 
@@ -107,7 +107,7 @@ TEST_CASE("generate on a queuing backend: a stop token ends generation, the chun
   go.prompt = {4, 9, 2};
   go.tokens = 40;
   int seen = 0;
-  go.stop = [&](int32_t) { return ++seen == 20; };  // the 20th generated token, in the chunk from position 18
+  go.stop = [&](int32_t) { return ++seen == 20; };  // the 20th generated token, in the chunk from position 19
   auto plain = f.emulator();
   const mk::device::GenerateResult want = mk::device::generate(*plain, f.s, go, f.ro.max_context);
   seen = 0;
@@ -118,8 +118,8 @@ TEST_CASE("generate on a queuing backend: a stop token ends generation, the chun
   CHECK(got.tokens == want.tokens);
   CHECK(got.tokens.size() == 20);
   CHECK(got.steps == want.steps);
-  const std::vector<std::string> expected = {"run 0", "read 0", "run 2", "run 18", "read 2", "run 34", "read 18"};
-  CHECK(queued.log == expected);  // the chunk from 34 ran, and was not read
+  const std::vector<std::string> expected = {"run 0", "read 2", "run 3", "run 19", "read 3", "run 35", "read 19"};
+  CHECK(queued.log == expected);  // the chunk from 35 ran, and was not read
 }
 
 TEST_CASE("generate on a queuing backend: non-finite logits are refused, from the weights before a second chunk") {
@@ -129,7 +129,7 @@ TEST_CASE("generate on a queuing backend: non-finite logits are refused, from th
   go.tokens = 40;
   QueuedEmulator from_start(f.emulator(), 0);
   CHECK_THROWS_WITH(mk::device::generate(from_start, f.s, go, f.ro.max_context), doctest::Contains("non-finite logit"));
-  CHECK(from_start.log == std::vector<std::string>{"run 0", "read 0"});
+  CHECK(from_start.log == std::vector<std::string>{"run 0"});
   // A NaN that appears later (a step's own, which the KV cache passes on) is found at the end.
   QueuedEmulator later(f.emulator(), 30);
   CHECK_THROWS_WITH(mk::device::generate(later, f.s, go, f.ro.max_context), doctest::Contains("position 41"));
@@ -180,7 +180,7 @@ TEST_CASE("generate: a later turn from GenerateOptions::start decodes as one cal
   turn2.on_step = [&](uint32_t done, uint32_t all, int32_t) { counts.push_back(all - done); };
   const mk::device::GenerateResult r2 = mk::device::generate(*backend, f.s, turn2, f.ro.max_context);
   CHECK(r2.steps == 4 + 19);
-  CHECK(counts.front() == 22);  // on_step counts this call's steps
+  CHECK(counts.front() == 19);  // on_step counts this call's positions: the prompt's 4 at once, of 23
   CHECK(r2.logits.size() == 23);
 
   mk::device::GenerateOptions whole;
@@ -196,7 +196,7 @@ TEST_CASE("generate: a later turn from GenerateOptions::start decodes as one cal
   // The context bounds the whole conversation, not the turn.
   turn2.start = f.ro.max_context - 10;
   CHECK_THROWS_WITH(mk::device::generate(*backend, f.s, turn2, f.ro.max_context),
-                    "23 steps after 54 positions do not fit a context of 64 positions; raise --max-context");
+                    "23 positions after 54 positions do not fit a context of 64 positions; raise --max-context");
 }
 
 TEST_CASE("generate on a queuing backend: a later turn overwrites what the steps queued past a stop left") {
@@ -205,14 +205,14 @@ TEST_CASE("generate on a queuing backend: a later turn overwrites what the steps
   QueuedEmulator queued(f.emulator(), ~0u);
   const mk::device::GenerateResult r1 = first_turn(queued, f, turn1, 40, 20);
   REQUIRE(r1.steps == 22);
-  REQUIRE(queued.log.back() == "read 18");  // the chunk from 34 ran: positions 22 to 41 hold its k and v
+  REQUIRE(queued.log.back() == "read 19");  // the chunk from 35 ran: positions 22 to 41 hold its k and v
 
   mk::device::GenerateOptions turn2;
   turn2.prompt = {3, 3, 5};
   turn2.start = r1.steps;
   turn2.tokens = 30;
   const mk::device::GenerateResult r2 = mk::device::generate(queued, f.s, turn2, f.ro.max_context);
-  CHECK(queued.log[7] == "run 22");  // from where turn 1's tokens ended
+  CHECK(queued.log[7] == "run 22");  // turn 2's prompt from where turn 1's tokens ended
 
   mk::device::GenerateOptions whole;
   whole.prompt = conversation(turn1.prompt, r1, turn2.prompt);

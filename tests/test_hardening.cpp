@@ -446,7 +446,8 @@ TEST_CASE("hardening: NaN or Inf logits stop generate() with the step named") {
         }) == "step 5 of 9 (position 4) produced a non-finite logit (inf at vocabulary index 2): the weights or the "
               "computation hold NaN or Inf, so its token would be meaningless");
 
-  // End to end on the emulator: a NaN in the final norm makes every logit NaN at the first step.
+  // End to end on the emulator: a NaN in the final norm makes every logit NaN at every step; the
+  // prompt's last position is checked, before any token is generated.
   const mk::planner::Plan p = mk::planner::plan(mk::dsl::parse_file(MK_SOURCE_DIR "/examples/tiny-llama.yaml"), {4});
   TempDir dir;
   mk::device::write_random_checkpoint(p.schedule, dir.path, 1);
@@ -466,7 +467,7 @@ TEST_CASE("hardening: NaN or Inf logits stop generate() with the step named") {
   g.prompt = {1, 2};
   g.tokens = 3;
   CHECK(error_of([&] { mk::device::generate(*backend, p.schedule, g, 8); }) ==
-        "step 1 of 4 (position 0) produced a non-finite logit (nan at vocabulary index 0): the weights or the "
+        "step 2 of 4 (position 1) produced a non-finite logit (nan at vocabulary index 0): the weights or the "
         "computation hold NaN or Inf, so its token would be meaningless");
 }
 

@@ -6,36 +6,42 @@
 
 namespace mk::device {
 
-void cpu_run(const schedule::MatvecPayload& p, const schedule::StepContext&, const TensorTable& mem) {
-  const float* in = mem.at<const float>(p.in);
-  std::vector<float> x(in, in + p.cols);
-  if (p.norm != schedule::kNone) {
-    const uint16_t* w = mem.at<const uint16_t>(p.norm);
-    float ss = 0;
-    for (float v : x) ss += v * v;
-    const float inv = 1.0f / std::sqrt(ss / p.cols + p.eps);
-    for (uint32_t i = 0; i < p.cols; ++i) x[i] = x[i] * inv * bf16_to_f32(w[i]);
-  }
-  auto dot = [&](uint32_t weight, uint32_t row) {
-    const uint16_t* w = mem.at<const uint16_t>(weight) + uint64_t{row} * p.cols;
-    float acc = 0;
-    for (uint32_t i = 0; i < p.cols; ++i) acc += bf16_to_f32(w[i]) * x[i];
-    return acc;
-  };
-  float* out = mem.at<float>(p.out);
-  const float* residual = p.residual == schedule::kNone ? nullptr : mem.at<const float>(p.residual);
-  for (uint32_t r = p.row_begin; r < p.row_end; ++r) {
-    float y;
-    if (p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul)) {
-      const float g = dot(p.weight[0], r), u = dot(p.weight[1], r);
-      y = g / (1.0f + std::exp(-g)) * u;
-    } else {
-      uint32_t i = 0, first = 0;
-      while (r >= p.weight_row_end[i]) first = p.weight_row_end[i++];
-      y = dot(p.weight[i], r - first);
-      if (p.bias[i] != schedule::kNone) y += bf16_to_f32(mem.at<const uint16_t>(p.bias[i])[r - first]);
+// Each row of the step on its own, as a one-token step computes it: a step of T rows gives the
+// bits of T one-token steps.
+void cpu_run(const schedule::MatvecPayload& p, const schedule::StepContext& ctx, const TensorTable& mem) {
+  const uint32_t width = schedule::matvec_out_width(p);  // elements of an output row
+  std::vector<float> x(p.cols);
+  for (uint32_t t = 0; t < ctx.rows; ++t) {
+    const float* in = mem.at<const float>(p.in) + uint64_t{t} * p.cols;
+    x.assign(in, in + p.cols);
+    if (p.norm != schedule::kNone) {
+      const uint16_t* w = mem.at<const uint16_t>(p.norm);
+      float ss = 0;
+      for (float v : x) ss += v * v;
+      const float inv = 1.0f / std::sqrt(ss / p.cols + p.eps);
+      for (uint32_t i = 0; i < p.cols; ++i) x[i] = x[i] * inv * bf16_to_f32(w[i]);
     }
-    out[r] = residual ? residual[r] + y : y;
+    auto dot = [&](uint32_t weight, uint32_t row) {
+      const uint16_t* w = mem.at<const uint16_t>(weight) + uint64_t{row} * p.cols;
+      float acc = 0;
+      for (uint32_t i = 0; i < p.cols; ++i) acc += bf16_to_f32(w[i]) * x[i];
+      return acc;
+    };
+    float* out = mem.at<float>(p.out) + uint64_t{t} * width;
+    const float* residual = p.residual == schedule::kNone ? nullptr : mem.at<const float>(p.residual) + uint64_t{t} * width;
+    for (uint32_t r = p.row_begin; r < p.row_end; ++r) {
+      float y;
+      if (p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul)) {
+        const float g = dot(p.weight[0], r), u = dot(p.weight[1], r);
+        y = g / (1.0f + std::exp(-g)) * u;
+      } else {
+        uint32_t i = 0, first = 0;
+        while (r >= p.weight_row_end[i]) first = p.weight_row_end[i++];
+        y = dot(p.weight[i], r - first);
+        if (p.bias[i] != schedule::kNone) y += bf16_to_f32(mem.at<const uint16_t>(p.bias[i])[r - first]);
+      }
+      out[r] = residual ? residual[r] + y : y;
+    }
   }
 }
 

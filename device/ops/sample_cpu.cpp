@@ -7,19 +7,16 @@ namespace mk::device {
 
 // The same rules as device/ops/sample.cuh (see schedules/ops/sample.hpp): thresholds by
 // bisection over order keys, sums in double, the draw by Gumbel-max.
-void cpu_run(const schedule::SamplePayload& p, const schedule::StepContext& ctx, const TensorTable& mem) {
+namespace {
+// One row: its logits `in`, its position `pos` (the draw's), its token to *out.
+int32_t sample_row(const schedule::SamplePayload& p, const float* in, uint32_t pos) {
   namespace sd = schedule::sample_detail;
-  const float* in = mem.at<const float>(p.in);
-  int32_t* out = mem.at<int32_t>(p.out);
   uint32_t best = 0;
   float best_value = -INFINITY;
   for (uint32_t i = 0; i < p.count; ++i)
     if (in[i] > best_value) best_value = in[i], best = i;  // NaN never wins
-  if (!(p.temperature > 0) || p.top_k == 1 || best_value == -INFINITY || best_value == INFINITY) {
-    *out = static_cast<int32_t>(best);
-    if (ctx.next_tokens) ctx.next_tokens[0] = *out;
-    return;
-  }
+  if (!(p.temperature > 0) || p.top_k == 1 || best_value == -INFINITY || best_value == INFINITY)
+    return static_cast<int32_t>(best);
   const float m = best_value, inv_t = 1.0f / p.temperature;
   // kept: finite logits (and +inf never occurs with m finite... guard anyway) above both thresholds.
   uint32_t key_min = sd::order_key(-INFINITY) + 1;  // -inf never kept
@@ -57,12 +54,22 @@ void cpu_run(const schedule::SamplePayload& p, const schedule::StepContext& ctx,
   best = 0xffffffffu;
   for (uint32_t i = 0; i < p.count; ++i) {
     if (!kept(i)) continue;
-    const float g = -std::log(-std::log(sd::uniform(seed, ctx.pos, i)));
+    const float g = -std::log(-std::log(sd::uniform(seed, pos, i)));
     const float v = in[i] * inv_t + g;
     if (best == 0xffffffffu || v > top) top = v, best = i;
   }
-  *out = static_cast<int32_t>(best == 0xffffffffu ? 0 : best);
-  if (ctx.next_tokens) ctx.next_tokens[0] = *out;
+  return static_cast<int32_t>(best == 0xffffffffu ? 0 : best);
+}
+}  // namespace
+
+// Each row of the step on its own, its draw keyed by its own position.
+void cpu_run(const schedule::SamplePayload& p, const schedule::StepContext& ctx, const TensorTable& mem) {
+  for (uint32_t t = 0; t < ctx.rows; ++t) {
+    const schedule::StepSegment& g = schedule::row_segment(ctx, t);
+    const int32_t token = sample_row(p, mem.at<const float>(p.in) + uint64_t{t} * p.count, schedule::row_position(g, t));
+    mem.at<int32_t>(p.out)[t] = token;
+    if (int32_t* next = schedule::next_token_of(ctx, g, t)) *next = token;
+  }
 }
 
 }  // namespace mk::device

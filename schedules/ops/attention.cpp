@@ -10,7 +10,7 @@ std::string check_payload(const AttentionPayload& p, const Schedule& s) {
   if (p.heads % p.kv_heads) return "heads must be a multiple of kv_heads";
   if (p.head_dim % 8 || p.head_dim > kMaxScheduleHeadDim) return "head_dim must be a multiple of 8, at most 256";
   if (p.kv_splits > 64) return "at most 64 kv splits";
-  const uint64_t hd = p.head_dim, rep = p.heads / p.kv_heads;
+  const uint64_t hd = p.head_dim;
   if (auto e = expect_tensor(s, p.qkv, "qkv", DType::f32, (p.heads + 2ull * p.kv_heads) * hd, {Role::activation, Role::io});
       !e.empty())
     return e;
@@ -21,7 +21,7 @@ std::string check_payload(const AttentionPayload& p, const Schedule& s) {
   if (auto e = expect_tensor(s, p.v_cache, "v_cache", DType::bf16, p.kv_heads * hd, {Role::kv_cache}); !e.empty())
     return e;
   if (p.k_cache == p.v_cache) return "k_cache and v_cache must differ";
-  if (auto e = expect_tensor(s, p.out, "out", DType::f32, uint64_t{p.kv_heads} * p.kv_splits * rep * (hd + 2), {Role::activation, Role::io});
+  if (auto e = expect_tensor(s, p.out, "out", DType::f32, attention_partials(p).row_elements(), {Role::activation, Role::io});
       !e.empty())
     return e;
   if (auto e = expect_optional_tensor(s, p.reduce_out, "reduce_out", DType::f32, uint64_t{p.heads} * hd, {Role::activation, Role::io});
@@ -48,7 +48,7 @@ std::string check_payload(const AttentionPayload& p, const Schedule& s) {
 double cost_us(const AttentionPayload& p, const CostModel& m, const StepContext& step) {
   constexpr double kUnitUs = 3.9;
   if (p.kv_splits == 0) return m.task_us;  // refused by check_payload; no division by it here
-  const uint32_t A = active_kv_splits(step, p.kv_splits);
+  const uint32_t A = active_kv_splits(step, step.pos, p.kv_splits);
   double us = m.task_us;
   for (uint32_t u = p.unit_begin; u < p.unit_end; ++u) {
     if (u % p.kv_splits >= A) continue;

@@ -8,7 +8,7 @@ std::string check_payload(const AttnReducePayload& p, const Schedule& s) {
   if (p.kv_heads == 0 || p.kv_splits == 0 || p.rep == 0 || p.head_dim == 0) return "zero dimension";
   if (p.head_dim > kMaxScheduleHeadDim || p.kv_splits > 64) return "head_dim above 256 or more than 64 splits";
   const uint64_t heads = uint64_t{p.kv_heads} * p.rep;
-  if (auto e = expect_tensor(s, p.in, "in", DType::f32, heads * p.kv_splits * (p.head_dim + 2ull), {Role::activation, Role::io});
+  if (auto e = expect_tensor(s, p.in, "in", DType::f32, AttentionPartials{p.kv_heads, p.kv_splits, p.rep, p.head_dim}.row_elements(), {Role::activation, Role::io});
       !e.empty())
     return e;
   if (auto e = expect_tensor(s, p.out, "out", DType::f32, heads * p.head_dim, {Role::activation, Role::io}); !e.empty()) return e;

@@ -521,7 +521,7 @@ TEST_CASE("op attention and attn_reduce at a short step: one split writes the no
 TEST_CASE("active KV splits: one per `positions` up to half the splits, all from one and a half times their count") {
   using mk::schedule::KvSplitPolicy;
   auto active = [](uint32_t pos, uint32_t S, KvSplitPolicy policy) {
-    return mk::schedule::active_kv_splits(mk::test::step_context(pos, 1, 1 << 20, 1, policy), S);
+    return mk::schedule::active_kv_splits(mk::test::step_context(pos, 1, pos + 1, 1, policy), pos, S);
   };
   const KvSplitPolicy p64{64, 0};
   // S = 16: 1 to 8 splits by 64 positions, 8 up to position 23 * 64, then 16.
