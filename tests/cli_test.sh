@@ -16,6 +16,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || exit 2
 MKPLAN=$BUILD/mkplan
 MKRUN=$BUILD/mkrun
 MKWEIGHTS=$BUILD/mkweights
+FIXTURE=$BUILD/mk_eos_fixture  # optional: a checkpoint with a tokenizer, for the text checks
 for tool in "$MKPLAN" "$MKRUN" "$MKWEIGHTS"; do
   if [[ ! -x $tool ]]; then
     echo "cli_test: $tool is missing (build the tools first)" >&2
@@ -701,7 +702,7 @@ check_outputs() {
     expect "keep.npy was truncated or replaced by a failed run" test "$(cat keep.npy)" == keep
     finish "mkrun keeps an existing --dump-logits file when the run fails"
     begin
-    run "$MKRUN" s.bin w --backend emulator --tokens 2 --dump-logits /dev/full
+    run "$MKRUN" s.bin w --backend emulator --prompt-ids 1 --tokens 2 --dump-logits /dev/full
     exact_error mkrun "/dev/full: write failed: No space left on device"
     finish "mkrun --dump-logits on a full disk: a clear error, exit 1, no 'wrote'"
   fi
@@ -759,6 +760,146 @@ check_checkpoint_refusals() {
   run "$MKRUN" s.bin w --backend emulator --max-context 1000000000
   clean_error mkrun '^mkrun: a context of 1000000000 positions needs 768[0-9]{9} bytes \([0-9.]+ GiB\) of host memory for the KV caches and activations, more than the [0-9]+ bytes \([0-9.]+ GiB\) there is; lower --max-context$'
   finish "mkrun --max-context 1000000000: says how much memory it needs instead of std::bad_alloc"
+}
+
+# --- mkrun's messages ---------------------------------------------------------------------------
+
+# fixed_numbers FILE: every number in FILE is in fixed notation (no 1.26644e+06).
+fixed_numbers() { ! grep -Eq '[0-9]e[-+]?[0-9]' "$1"; }
+
+check_run_messages() {
+  have_fixtures || { skip "mkrun's timings and notes" "no fixtures"; return; }
+  begin
+  run "$MKRUN" s.bin w --backend emulator --prompt-ids 1,2,3 --tokens 5
+  expect "exit status is $RC, expected 0" rc_is 0
+  expect "the timing line is not 'N steps on emulator: X us/token (Y tokens/s)' in fixed notation" \
+    out_has '^7 steps on emulator: [0-9]+(\.[0-9]+)? us/token \([0-9]+(\.[0-9]+)? tokens/s\)$'
+  expect "the decode line is not in fixed notation" out_has '^decode after the prompt: 5 steps, [0-9]+(\.[0-9]+)? us/token at context 3\.\.7$'
+  expect "a number is printed with an exponent" fixed_numbers "$WORK/stdout"
+  expect "stderr is not empty with a prompt" err_lines 0
+  finish "mkrun prints us/token and tokens/s in fixed notation"
+  begin
+  run "$MKRUN" s.bin w --backend emulator --prompt-ids 1,2 --tokens 0
+  expect "exit status is $RC, expected 0" rc_is 0
+  expect "--tokens 0 does not say that no token was generated" \
+    out_has '^2 prompt steps on emulator: [0-9.]+ us/token \([0-9.]+ tokens/s\); no token generated \(--tokens 0\)$'
+  expect "--tokens 0 printed tokens" out_has '^tokens:$'
+  run "$MKRUN" s.bin w --backend emulator --prompt-ids 1 --tokens 0
+  expect "one prompt step is not 'step'" out_has '^1 prompt step on emulator: '
+  finish "mkrun --tokens 0 says no token was generated (the rate is the prompt's)"
+  begin
+  run "$MKRUN" s.bin w --backend emulator --tokens 2
+  expect "exit status is $RC, expected 0" rc_is 0
+  expect "stderr is not the one note" err_is "mkrun: note: no prompt given; decoding started from token id 1 (give one with --prompt-ids IDS or --prompt TEXT)"
+  expect "the run did not start from id 1 as --prompt-ids 1 does" test "$(tokens_of "$WORK/stdout")" == "$(
+    "$MKRUN" s.bin w --backend emulator --prompt-ids 1 --tokens 2 | grep -m1 '^tokens:' | cut -d: -f2-)"
+  run "$MKRUN" s.bin w --backend emulator --tokens 2 --max-context 1
+  clean_error mkrun 'max-context'
+  finish "mkrun without a prompt says on stderr that it starts from token id 1 (not before an error)"
+  begin
+  run "$MKRUN" --help
+  expect "--help does not say what no prompt does" out_has 'Without a prompt, decoding starts from token'
+  finish "mkrun --help says what happens without a prompt"
+}
+
+# on_terminal OUT INPUT CMD...: runs CMD on a pseudo-terminal (stdin, stdout and stderr), types
+# INPUT (Python bytes syntax; \x04 is Ctrl-D) once CMD prompts with "> ", and writes all it printed
+# to OUT as Python's repr. Exit status: CMD's.
+on_terminal() {
+  local out=$1 input=$2
+  shift 2
+  LAST="$* (on a terminal, typing $input)"
+  "${TIMEOUT[@]}" python3 - "$out" "$input" "$@" <<'PY' >"$WORK/stdout" 2>"$WORK/stderr"
+import ast, os, pty, select, sys
+out, typed, argv = sys.argv[1], ast.literal_eval("b'" + sys.argv[2] + "'"), sys.argv[3:]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(argv[0], argv)
+seen, sent = b"", False
+while True:
+    ready, _, _ = select.select([fd], [], [], 30)
+    if not ready:
+        break
+    try:
+        chunk = os.read(fd, 4096)
+    except OSError:  # the child closed the terminal
+        break
+    if not chunk:
+        break
+    seen += chunk
+    if not sent and b"> " in seen:
+        os.write(fd, typed)
+        sent = True
+_, status = os.waitpid(pid, 0)
+open(out, "w").write(repr(seen))
+sys.exit(os.waitstatus_to_exitcode(status))
+PY
+  RC=$?
+}
+
+check_interactive_terminal() {
+  if [[ ! -x $FIXTURE ]] || ! command -v python3 >/dev/null; then
+    skip "mkrun -i at a terminal ends its lines at Ctrl-D" "needs $FIXTURE and python3"
+    return
+  fi
+  begin
+  "$MKPLAN" "$ROOT/tests/tokenizer/eos-llama.yaml" -o eos.bin --sms 4 -q >/dev/null 2>&1
+  "$FIXTURE" eos.bin eos >/dev/null 2>&1
+  on_terminal tty.out '\x04' "$MKRUN" eos.bin eos --backend emulator -i
+  expect "Ctrl-D at the prompt: exit status $RC, expected 0" rc_is 0
+  expect "Ctrl-D at the prompt left '$(cat tty.out)', expected the prompt and a newline" test "$(cat tty.out)" == "b'> \\r\\n'"
+  on_terminal tty.out 'Hi\x04\x04' "$MKRUN" eos.bin eos --backend emulator -i
+  expect "a message ended by Ctrl-D: exit status $RC, expected 0" rc_is 0
+  expect "a message ended by Ctrl-D: the reply is not on a line of its own: $(cat tty.out)" grep -Fq "b'> Hi\\r\\nok\\xc3\\xa9!\\r\\n[prompt 25 tokens" tty.out
+  expect "a message ended by Ctrl-D: a blank line or no newline at the end: $(cat tty.out)" grep -Eq "context 30 of 4096\]\\\\r\\\\n'$" tty.out
+  finish "mkrun -i at a terminal: Ctrl-D ends the prompt's line (at the prompt and after a message's text)"
+  begin
+  run "$MKRUN" eos.bin eos --backend emulator --prompt Hi --tokens 0
+  expect "exit status is $RC, expected 0" rc_is 0
+  expect "stderr is not 'prompt: 3 tokens, R tokens/s; generated: none (--tokens 0) on emulator'" \
+    err_has '^prompt: 3 tokens, [0-9.]+ tokens/s; generated: none \(--tokens 0\) on emulator$'
+  run "$MKRUN" eos.bin eos --backend emulator --prompt Hi --tokens 20
+  expect "the text run's timings are not in fixed notation" err_has '^prompt: 3 tokens, [0-9.]+ tokens/s; generated: 6 tokens, [0-9.]+ tokens/s on emulator'
+  finish "mkrun --prompt --tokens 0 says nothing was generated, with no rate for it"
+}
+
+# --- outputs over inputs: refused unless --force -------------------------------------------------
+
+check_run_overwrites() {
+  have_fixtures || { skip "mkrun refuses outputs over its inputs" "no fixtures"; return; }
+  rm -rf ow && cp -r w ow && cp s.bin o.bin && echo '{"mk_generated": true}' >ow/config.json
+  cp ow/config.json config.saved
+  begin
+  run "$MKRUN" o.bin ow --backend emulator --prompt-ids 1 --dump-logits o.bin
+  exact_error mkrun "--dump-logits o.bin would overwrite the schedule o.bin; choose another output path, or pass --force to overwrite it"
+  expect "the schedule changed" cmp -s o.bin s.bin
+  run "$MKRUN" o.bin ow --backend emulator --prompt-ids 1 --trace ow/config
+  exact_error mkrun "--trace ow/config.json would overwrite the checkpoint's ow/config.json; choose another output path, or pass --force to overwrite it"
+  expect "config.json changed" cmp -s ow/config.json config.saved
+  run "$MKRUN" o.bin ow --backend emulator --prompt-ids 1 --dump-logits ow/model.safetensors
+  clean_error mkrun "would overwrite the checkpoint's ow/model.safetensors; .*--force"
+  expect "the weights changed" cmp -s ow/model.safetensors w/model.safetensors
+  run "$MKRUN" o.bin ow/model.safetensors --backend emulator --prompt-ids 1 --dump-logits ow/model.safetensors
+  clean_error mkrun "would overwrite the checkpoint ow/model.safetensors; .*--force"
+  ln -sf o.bin link.npy
+  run "$MKRUN" o.bin ow --backend emulator --prompt-ids 1 --dump-logits link.npy
+  exact_error mkrun "--dump-logits link.npy would overwrite the schedule o.bin (the same file); choose another output path, or pass --force to overwrite it"
+  rm -f hard.npy && ln o.bin hard.npy
+  run "$MKRUN" o.bin ow --backend emulator --prompt-ids 1 --dump-logits hard.npy
+  clean_error mkrun "--dump-logits hard.npy would overwrite the schedule o.bin \(the same file\)"
+  expect "the schedule changed" cmp -s o.bin s.bin
+  run "$MKRUN" o.bin ow --backend emulator --prompt-ids 1 --trace t1 --dump-logits t1.json
+  exact_error mkrun "--dump-logits t1.json and --trace t1.json are the same file; choose two different output paths"
+  expect "a temporary was left behind" no_temporaries
+  finish "mkrun refuses --dump-logits and --trace over its inputs (the schedule, the checkpoint's files; by path, symlink or hard link), the input unchanged"
+  begin
+  run "$MKRUN" o.bin ow --backend emulator --prompt-ids 1 --trace ow/config --force
+  expect "--force: exit status is $RC, expected 0" rc_is 0
+  expect "--force: config.json is not the trace" grep -q traceEvents ow/config.json
+  run "$MKRUN" s.bin w --backend emulator --prompt-ids 1 --tokens 2 --dump-logits hard.npy --force
+  expect "--force: exit status is $RC, expected 0" rc_is 0
+  npy_check hard.npy 2 "$VOCAB"
+  finish "mkrun --force writes its outputs over its inputs"
 }
 
 # --- checkpoint folders planned from config.json -------------------------------------------------
@@ -925,6 +1066,10 @@ check_checkpoint_refusals
 check_hf_import
 check_hf_import_errors
 check_config_mismatch
+
+check_run_messages
+check_interactive_terminal
+check_run_overwrites
 
 echo "$PASSED passed, $FAILED failed"
 [[ $FAILED -eq 0 ]]

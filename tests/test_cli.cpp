@@ -1,6 +1,6 @@
 // The tools' shared command-line pieces (tools/cli.hpp): the help layout with its examples,
 // --version, "did you mean" for a mistyped long option; and how times and rates are printed
-// (common/show_number.hpp).
+// (common/show_number.hpp, tools/mkrun_text.hpp).
 #include <doctest/doctest.h>
 
 #include <optional>
@@ -9,6 +9,7 @@
 
 #include "common/show_number.hpp"
 #include "tools/cli.hpp"
+#include "tools/mkrun_text.hpp"
 
 namespace {
 
@@ -92,4 +93,19 @@ TEST_CASE("cli: times and rates in fixed notation with three significant digits,
   CHECK(mk::show_fixed(-2.5) == "-2.5");
   CHECK(mk::show_fixed(1e-9) == "0");
   CHECK(mk::show_fixed(1e300).find('e') == std::string::npos);
+}
+
+TEST_CASE("cli: a count of tokens with its rate, and no rate where none was measured") {
+  CHECK(mk::tools::count_and_rate(6, 737.372) == "6 tokens, 737 tokens/s");
+  CHECK(mk::tools::count_and_rate(1, 9.23) == "1 token, 9.23 tokens/s");
+  CHECK(mk::tools::count_and_rate(1, 0) == "1 token");
+  mk::device::GenerateResult r;  // --tokens 0 over a prompt of 3: every step was the prompt's
+  r.steps = 3, r.prompt_steps = 2, r.seconds = 0.3, r.decode_seconds = 0.1;
+  const mk::tools::Timings none = mk::tools::timings(r, 0);
+  CHECK(none.prompt_per_s == doctest::Approx(10.0));
+  CHECK(none.decode_per_s == 0);
+  CHECK(none.decode_seconds == 0);
+  const mk::tools::Timings some = mk::tools::timings(r, 1);
+  CHECK(some.prompt_per_s == doctest::Approx(10.0));  // 2 steps in 0.2 s
+  CHECK(some.decode_per_s == doctest::Approx(10.0));  // 1 step in 0.1 s
 }

@@ -11,6 +11,10 @@
 #include "tools/cli.hpp"
 #include "tools/mkrun_config.hpp"
 
+#include "common/output_file.hpp"
+#include "common/show_number.hpp"
+#include "schedules/format.hpp"
+
 #include "device/runtime.hpp"
 #include "schedules/ops/sample.hpp"
 #include "tools/mkrun_chat.hpp"
@@ -18,24 +22,45 @@
 
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "mkrun: run a planned schedule (mkplan) on a Hugging Face style checkpoint.\n"
-      "Prefills the prompt as decode steps, then decodes greedily (or samples: --temperature); prints\n"
-      "the token ids and the time per token. The CPU emulator runs where there is no GPU.\n"
-      "With --prompt/--prompt-file/--chat the text goes through the checkpoint's tokenizer.json, the\n"
-      "generated text streams to stdout (timings on stderr), and generation stops at the model's\n"
-      "eos_token_id (generation_config.json, else config.json) unless --ignore-eos.\n"
-      "With --interactive it holds a conversation: one user message a line of stdin (the first may come\n"
-      "from --prompt), each reply streamed, earlier turns kept in the KV cache; the end of input ends it."};
-  std::string schedule_path, weights_path, prompt = "1", backend_name = "auto", dump, order = "deterministic";
+  CLI::App app;
+  mk::tools::describe(
+      app, {.tool = "mkrun",
+            .usage = {"SCHEDULE CHECKPOINT [--prompt-ids IDS] [--tokens N] [OPTIONS]",
+                      "SCHEDULE CHECKPOINT --prompt TEXT | --prompt-file FILE [--chat [--system TEXT]] [OPTIONS]",
+                      "SCHEDULE CHECKPOINT --interactive [--prompt FIRST] [--system TEXT] [OPTIONS]"},
+            .description =
+                "Run a schedule planned by mkplan on a Hugging Face style checkpoint: prefill the prompt as decode\n"
+                "steps, then decode greedily (or sample: --temperature); print the token ids and the time per\n"
+                "token. The CPU emulator runs where there is no GPU. Without a prompt, decoding starts from token\n"
+                "id 1 (said on stderr).\n"
+                "With --prompt, --prompt-file or --chat the text goes through the checkpoint's tokenizer.json, the\n"
+                "generated text streams to stdout (timings on stderr), and generation stops at the model's\n"
+                "eos_token_id (generation_config.json, else config.json) unless --ignore-eos.\n"
+                "With --interactive it holds a conversation: one user message a line of stdin (the first may come\n"
+                "from --prompt), each reply streamed, earlier turns kept in the KV cache; the end of input ends it.\n"
+                "Outputs (--dump-logits, --trace) never overwrite an input (the schedule, the checkpoint's files)\n"
+                "unless --force.",
+            .examples = {{"s.bin weights/ --prompt-ids 128000,791,1888 --tokens 64",
+                          "decode 64 tokens after three prompt ids; print the ids and us/token"},
+                         {"s.bin Llama-3.2-1B-Instruct/ --chat --prompt \"Write a haiku about GPUs\" --tokens 200",
+                          "a chat reply, streamed as text"},
+                         {"s.bin Llama-3.2-1B-Instruct/ -i --system \"Be brief.\"", "a conversation, a message a line of stdin"},
+                         {"s.bin weights/ --backend emulator --tokens 4 --trace step",
+                          "trace the last step on the CPU emulator into step.json and step.svg"}},
+            .version_note = "reads schedule formats " + std::to_string(mk::schedule::kOldestReadVersion) + " to " +
+                            std::to_string(mk::schedule::kFormatVersion)});
+  std::string schedule_path, weights_path, prompt, backend_name = "auto", dump, order = "deterministic";
   uint32_t tokens = 16, max_context = 0;
   uint64_t seed = 0;
   std::string text, text_file, system, tokenizer_dir;
-  bool chat = false, ignore_eos = false, as_json = false, interactive = false;
+  bool chat = false, ignore_eos = false, as_json = false, interactive = false, force = false;
   double watchdog = 1.0;
-  app.add_option("schedule", schedule_path, "schedule file written by mkplan")->required();
-  app.add_option("weights", weights_path, "checkpoint folder (model.safetensors or shards + index) or .safetensors file")->required();
-  auto* ids_opt = app.add_option("--prompt-ids", prompt, "comma-separated prompt token ids")->capture_default_str();
+  app.add_option("SCHEDULE", schedule_path, "schedule file written by mkplan")->required()->type_name("FILE");
+  app.add_option("CHECKPOINT", weights_path, "checkpoint folder (model.safetensors, or shards and their index), or a .safetensors file")
+      ->required()
+      ->type_name("DIR|FILE");
+  auto* ids_opt = app.add_option("--prompt-ids", prompt, "comma-separated prompt token ids (none: the one id 1, said on stderr)")
+                      ->type_name("IDS");
   auto* text_opt = app.add_option("--prompt", text, "prompt text (tokenized with the BOS the model's tokenizer adds)");
   auto* file_opt = app.add_option("--prompt-file", text_file, "read the prompt text from a file")->type_name("FILE");
   app.add_flag("--chat", chat, "wrap the prompt in the model's chat format (Llama-3 headers or ChatML)");
@@ -57,7 +82,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "cuda", "emulator"}));
   app.add_option("--max-context", max_context, "KV-cache capacity in positions (default: prompt + tokens)")
       ->check(CLI::Range(1u, UINT32_MAX));
-  app.add_option("--dump-logits", dump, "write every step's logits (prompt steps included) as float32 .npy [steps, vocab]");
+  app.add_option("--dump-logits", dump, "write every step's logits (prompt steps included) as float32 .npy [steps, vocab]")
+      ->type_name("FILE");
   app.add_option("--order", order, "emulator execution order: deterministic, or shuffled (seeded)")
       ->capture_default_str()
       ->check(CLI::IsMember({"deterministic", "shuffled"}));
@@ -70,12 +96,14 @@ int main(int argc, char** argv) {
   std::string trace;
   app.add_option("--trace", trace,
                  "trace the last step: writes PREFIX.json (Chrome/Perfetto) and PREFIX.svg (one lane per SM), prints where the "
-                 "time went; on the GPU in us, on the emulator on a logical clock (one tick per instruction)");
+                 "time went; on the GPU in us, on the emulator on a logical clock (one tick per instruction)")
+      ->type_name("PREFIX");
   app.add_option("--watchdog", watchdog,
                  "CUDA: seconds a counter wait may take before the run is stopped with a report (raise it under "
                  "compute-sanitizer)")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 86400.0));
+  app.add_flag("--force", force, mk::tools::kForceHelp);
   if (const auto code = mk::tools::parse(app, argc, argv, "mkrun")) return *code;
 
   try {
@@ -122,9 +150,23 @@ int main(int argc, char** argv) {
       stop_ids.insert(eos.begin(), eos.end());
       if (ignore_eos) stop_ids.clear();
       conversation.stop_ids = stop_ids;
-    } else {
+    } else if (ids_opt->count()) {
       ids = mk::tools::parse_ids(prompt, "--prompt-ids", "128000,791,1888");
+    } else {
+      ids = {1};  // said on stderr once the run starts
     }
+    // No output may replace an input (unless --force): the schedule, the checkpoint's files, the
+    // tokenizer's, the prompt file.
+    std::vector<mk::io::NamedPath> inputs = {{"the schedule", schedule_path}};
+    if (std::filesystem::is_regular_file(weights_path)) inputs.push_back({"the checkpoint", weights_path});
+    for (const auto& f : mk::tools::checkpoint_files(checkpoint_folder)) inputs.push_back({"the checkpoint's", f});
+    if (!tokenizer_dir.empty())
+      for (const auto& f : mk::tools::checkpoint_files(tokenizer_dir)) inputs.push_back({"the tokenizer's", f});
+    if (file_opt->count()) inputs.push_back({"the prompt file", text_file});
+    mk::io::check_outputs({{"--dump-logits", dump},
+                           {"--trace", trace.empty() ? "" : trace + ".json"},
+                           {"--trace", trace.empty() ? "" : trace + ".svg"}},
+                          inputs, force);
     // Outputs are opened now: a bad path fails before the run, and an old file stays until the end.
     std::optional<mk::io::OutputFile> dump_file, trace_json, trace_svg;
     if (!dump.empty()) dump_file.emplace(dump);
@@ -171,7 +213,13 @@ int main(int argc, char** argv) {
     std::string generated_text;
     if (tokenizer) stream.emplace(*tokenizer, mk::tok::DecodeOptions{.skip_special = true});
     gen.stop = [&](int32_t t) { return stop_ids.count(t) != 0; };
+    // Said once the run has started (its checks passed), so that a refused run prints one line.
+    bool say_no_prompt = !text_mode && !ids_opt->count();
     gen.on_step = [&](uint32_t done, uint32_t all, int32_t t) {
+      if (say_no_prompt) {
+        std::cerr << "mkrun: note: no prompt given; decoding started from token id 1 (give one with --prompt-ids IDS or --prompt TEXT)\n";
+        say_no_prompt = false;
+      }
       if (stream) {  // text mode: stream the generated text, no progress line
         if (done < ids.size() || tokens == 0 || stop_ids.count(t)) return;
         const std::string piece = stream->push(t);
@@ -184,7 +232,7 @@ int main(int argc, char** argv) {
       if (now - start < std::chrono::seconds(1)) return;  // short runs stay quiet
       last_report = now;
       const double s = std::chrono::duration<double>(now - start).count();
-      std::cerr << "\r[" << done << "/" << all << " steps, " << done / s << " tokens/s]" << (done == all ? "\n" : "")
+      std::cerr << "\r[" << done << "/" << all << " steps, " << mk::show_fixed(done / s) << " tokens/s]" << (done == all ? "\n" : "")
                 << std::flush;
     };
     const mk::device::GenerateResult r = mk::device::generate(*backend, schedule, gen, opt.max_context);
@@ -193,6 +241,7 @@ int main(int argc, char** argv) {
       generated_text += tail;
       if (!as_json) std::cout << tail << "\n" << std::flush;
     }
+    const mk::tools::Timings time = mk::tools::timings(r, tokens);
     if (as_json) {
       nlohmann::json j = {{"prompt_ids", ids},
                           {"ids", r.tokens},
@@ -200,33 +249,36 @@ int main(int argc, char** argv) {
                           {"backend", backend->name()},
                           {"timings",
                            {{"prompt_tokens", ids.size()},
-                            {"prompt_seconds", r.prompt_seconds()},
-                            {"prompt_tokens_per_s", r.prompt_tokens_per_s()},
+                            {"prompt_seconds", time.prompt_seconds},
+                            {"prompt_tokens_per_s", time.prompt_per_s},
                             {"generated_tokens", r.tokens.size()},
-                            {"decode_seconds", r.decode_seconds},
-                            {"decode_tokens_per_s", r.decode_tokens_per_s()}}}};
+                            {"decode_seconds", time.decode_seconds},
+                            {"decode_tokens_per_s", time.decode_per_s}}}};
       if (stream) j["text"] = generated_text;
       std::cout << j.dump() << "\n";
       if (!dump.empty()) mk::device::write_npy(dump, r.logits);
       return 0;
     }
     if (stream) {
-      std::cerr << "prompt: " << ids.size() << " tokens, " << r.prompt_tokens_per_s()
-                << " tokens/s; generated: " << r.tokens.size() << " tokens, "
-                << r.decode_tokens_per_s() << " tokens/s on " << backend->name()
-                << (r.stopped ? " (stopped at end of sequence)" : " (--tokens reached)") << "\n";
+      std::cerr << "prompt: " << mk::tools::count_and_rate(ids.size(), time.prompt_per_s) << "; generated: "
+                << (tokens == 0 ? "none (--tokens 0)" : mk::tools::count_and_rate(r.tokens.size(), time.decode_per_s))
+                << " on " << backend->name()
+                << (tokens == 0 ? "" : r.stopped ? " (stopped at end of sequence)" : " (--tokens reached)") << "\n";
       if (!dump.empty()) mk::device::write_npy(dump, r.logits);
       return 0;
     }
     std::cout << "tokens:";
     for (int32_t t : r.tokens) std::cout << " " << t;
     std::cout << "\n"
-              << r.steps << " steps on " << backend->name() << ": " << r.seconds * 1e6 / r.steps << " us/token ("
-              << r.steps / r.seconds << " tokens/s)\n";
+              << r.steps << (tokens == 0 ? " prompt step" : " step") << (r.steps == 1 ? "" : "s") << " on " << backend->name() << ": "
+              << mk::show_fixed(r.seconds * 1e6 / r.steps) << " us/token";
+    if (r.seconds > 0) std::cout << " (" << mk::show_fixed(r.steps / r.seconds) << " tokens/s)";
+    std::cout << (tokens == 0 ? "; no token generated (--tokens 0)" : "") << "\n";
     const uint32_t decode_steps = r.decode_steps();
     if (tokens > 1 && ids.size() > 1)
-      std::cout << "decode after the prompt: " << decode_steps << " steps, " << r.decode_seconds * 1e6 / decode_steps
-                << " us/token at context " << ids.size() << ".." << r.steps << "\n";
+      std::cout << "decode after the prompt: " << decode_steps << " steps, "
+                << mk::show_fixed(r.decode_seconds * 1e6 / decode_steps) << " us/token at context " << ids.size() << ".."
+                << r.steps << "\n";
     if (!trace.empty()) {
       mk::device::TraceOptions topt;
       topt.logical = backend->trace_is_logical();

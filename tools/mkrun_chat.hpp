@@ -18,6 +18,7 @@
 #include "schedules/limits.hpp"
 #include "tokenizer/chat.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "tools/mkrun_text.hpp"
 
 namespace mk::tools {
 
@@ -72,7 +73,12 @@ inline void run_conversation(device::Backend& backend, const schedule::Schedule&
   int32_t cut = -1;  // none
   std::optional<std::string> message = o.first;
   for (bool first = true;; first = false, message.reset()) {
-    if (!message) message = read_message(in, err, terminal);
+    if (!message) {
+      const bool prompted = terminal && in;  // read_message prompts while there is input
+      message = read_message(in, err, terminal);
+      // Input ended (Ctrl-D) at the prompt or after a message's text: end the prompt's line.
+      if (prompted && in.eof()) err << "\n" << std::flush;
+    }
     if (!message) return;  // the end of input ends the conversation
     const tok::Chat c = first ? tok::make_chat(t, *message, o.system) : tok::make_chat_turn(t, *message);
     std::vector<int32_t> ids = c.ids;
@@ -95,10 +101,9 @@ inline void run_conversation(device::Backend& backend, const schedule::Schedule&
     out << stream.finish() << "\n" << std::flush;
     at += r.steps;
     cut = !r.stopped && !r.tokens.empty() ? r.tokens.back() : -1;
-    err << "[prompt " << prompt << " tokens, " << r.prompt_tokens_per_s() << " tokens/s; reply " << r.tokens.size()
-        << " tokens, " << r.decode_tokens_per_s()
-        << " tokens/s" << (r.stopped ? "" : ", cut at --tokens or the context") << "; context " << at << " of " << max_context
-        << "]\n"
+    err << "[prompt " << count_and_rate(prompt, r.prompt_tokens_per_s()) << "; reply "
+        << count_and_rate(r.tokens.size(), r.decode_tokens_per_s()) << (r.stopped ? "" : ", cut at --tokens or the context")
+        << "; context " << at << " of " << max_context << "]\n"
         << std::flush;
   }
 }

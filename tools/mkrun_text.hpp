@@ -12,6 +12,8 @@
 
 #include "common/checked_json.hpp"
 #include "common/input_file.hpp"
+#include "common/show_number.hpp"
+#include "device/runtime.hpp"
 #include "schedules/limits.hpp"
 #include "tokenizer/chat.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -55,6 +57,26 @@ inline std::set<int32_t> eos_ids(const std::filesystem::path& dir) {
     return ids;
   }
   return {};
+}
+
+// "N tokens, R tokens/s" ("1 token, ..."), without the rate where none was measured (a rate of 0:
+// no step, or steps that took no time).
+inline std::string count_and_rate(uint64_t count, double per_s) {
+  std::string s = std::to_string(count) + (count == 1 ? " token" : " tokens");
+  if (per_s > 0) s += ", " + show_fixed(per_s) + " tokens/s";
+  return s;
+}
+
+// The prompt's and the generation's times and rates as mkrun reports them. generate() times the
+// prompt's last step with the generation (it makes the first token); with --tokens 0 nothing is
+// generated and every step was the prompt's.
+struct Timings {
+  double prompt_seconds = 0, prompt_per_s = 0, decode_seconds = 0, decode_per_s = 0;
+};
+
+inline Timings timings(const device::GenerateResult& r, uint32_t tokens) {
+  if (tokens == 0) return {r.seconds, r.seconds > 0 ? r.steps / r.seconds : 0.0, 0, 0};
+  return {r.prompt_seconds(), r.prompt_tokens_per_s(), r.decode_seconds, r.decode_tokens_per_s()};
 }
 
 }  // namespace mk::tools
