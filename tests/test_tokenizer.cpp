@@ -262,6 +262,16 @@ TEST_CASE("tokenizer: configurations that are not supported are named") {
   CHECK_THROWS_WITH_AS(tiny(ok, {{"added_tokens_decoder", {{"x1", {{"content", "<s>"}}}}}}),
                        doctest::Contains("tiny/tokenizer_config.json: added_tokens_decoder key 'x1' is not a token id"),
                        mk::tok::TokenizerError);
+  // The place of a value of the wrong type, in either file.
+  json bad_merge = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", {5}}}}};
+  CHECK_THROWS_WITH_AS(tiny(bad_merge), doctest::Contains("tiny/tokenizer.json: model.merges[0]: expected a string, not 5"),
+                       mk::tok::TokenizerError);
+  CHECK_THROWS_WITH_AS(tiny(ok, {{"chat_template", {{{"name", 3}}}}}),
+                       doctest::Contains("tiny/tokenizer_config.json: chat_template[0].name: expected a string, not 3"),
+                       mk::tok::TokenizerError);
+  CHECK_THROWS_WITH_AS(tiny(ok, {{"added_tokens_decoder", {{"7", {{"special", true}}}}}}),
+                       doctest::Contains("tiny/tokenizer_config.json: added_tokens_decoder.7: no 'content'"),
+                       mk::tok::TokenizerError);
   json post = ok;
   post["post_processor"] = {{"type", "TemplateProcessing"},
                             {"single", {{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
@@ -336,6 +346,30 @@ TEST_CASE("chat: a template that is neither format is a clear error") {
                        mk::tok::TokenizerError);
   CHECK_THROWS_WITH_AS(mk::tok::make_chat(real("llama2"), "Hi", std::nullopt), doctest::Contains("--chat"),
                        mk::tok::TokenizerError);
+}
+
+TEST_CASE("tokenizer: ids and strings when added tokens and the vocabulary overlap") {
+  // <s> is in the vocabulary as 1 and added as 1; <x> is in the vocabulary as 2 but added as 5
+  // (the added id wins for the string); id 3 has no string; 4 is the vocabulary's "b" and also
+  // given to the added <y> (an id's string is the added token's).
+  const json t = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"<s>", 1}, {"<x>", 2}, {"b", 4}}}, {"merges", json::array()}}},
+                  {"added_tokens", {{{"id", 1}, {"content", "<s>"}, {"special", true}},
+                                    {{"id", 5}, {"content", "<x>"}},
+                                    {{"id", 4}, {"content", "<y>"}}}}};
+  const Tokenizer tk = tiny(t);
+  CHECK(tk.vocab_size() == 6);
+  CHECK(tk.token_id("<s>") == 1);
+  CHECK(tk.token_id("<x>") == 5);
+  CHECK(tk.token_id("<y>") == 4);
+  CHECK(tk.token_id("b") == 4);
+  CHECK(tk.token_string(1) == "<s>");
+  CHECK(tk.token_string(2) == "<x>");
+  CHECK(tk.token_string(3) == "");
+  CHECK(tk.token_string(4) == "<y>");
+  CHECK(tk.token_string(5) == "<x>");
+  CHECK(tk.encode("a<x>b<y>") == std::vector<int32_t>{0, 5, 4, 4});
+  CHECK(tk.decode({0, 5, 4, 1}) == "a<x><y><s>");
+  CHECK_THROWS_WITH_AS(tk.token_string(6), doctest::Contains("token id 6 is outside the vocabulary [0, 6)"), mk::tok::TokenizerError);
 }
 
 TEST_CASE("tokenizer: GPT-2 style ByteLevel (regex, prefix space) and Metaspace pipelines") {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <fstream>
 #include <mutex>
@@ -20,18 +21,26 @@
 #include <sstream>
 #include <unordered_map>
 
-#include <nlohmann/json.hpp>
-
-#include "common/checked_json.hpp"
 #include "common/input_file.hpp"
 #include "schedules/limits.hpp"
+#include "tokenizer/json_reader.hpp"
+#include "tokenizer/token_maps.hpp"
 #include "tokenizer/utf8.hpp"
 
 namespace mk::tok {
 
-using json = nlohmann::json;
-
 namespace {
+
+std::string str(const json::Value& v) { return std::string(v.as_string()); }
+
+// A member that is a non-negative integer, or `fallback` when absent or null.
+uint64_t uint_or(const json::Value& j, std::string_view key, uint64_t fallback) {
+  const auto v = j.find(key);
+  if (!v || v->is_null()) return fallback;
+  const auto u = v->as_uint();
+  if (!u) throw json::StructureError(v->path() + ": expected a non-negative integer, not " + v->describe());
+  return *u;
+}
 
 [[noreturn]] void fail(const std::string& where, const std::string& what) { throw TokenizerError(where + ": " + what); }
 
@@ -224,22 +233,22 @@ std::string apply(const Normalizer& n, std::string s) {
   return s;
 }
 
-void parse_normalizer(const json& j, std::vector<Normalizer>& out, const std::string& where) {
+void parse_normalizer(const json::Value& j, std::vector<Normalizer>& out, const std::string& where) {
   if (j.is_null()) return;
-  const std::string type = j.value("type", "");
+  const std::string type(j.string_or("type", ""));
   if (type == "Sequence") {
-    for (const json& x : j.at("normalizers")) parse_normalizer(x, out, where);
+    for (const json::Value& x : j.at("normalizers").elements()) parse_normalizer(x, out, where);
   } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
     int o = UTF8PROC_STABLE;
     o |= type.back() == 'C' ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
     if (type.size() == 4) o |= UTF8PROC_COMPAT;
     out.push_back({Normalizer::unicode, o, "", ""});
   } else if (type == "Prepend") {
-    out.push_back({Normalizer::prepend, 0, j.at("prepend").get<std::string>(), ""});
+    out.push_back({Normalizer::prepend, 0, str(j.at("prepend")), ""});
   } else if (type == "Replace") {
-    const json& p = j.at("pattern");
+    const json::Value p = j.at("pattern");
     if (!p.contains("String")) fail(where, "normalizer Replace with a regex pattern is not supported");
-    out.push_back({Normalizer::replace, 0, p.at("String").get<std::string>(), j.at("content").get<std::string>()});
+    out.push_back({Normalizer::replace, 0, str(p.at("String")), str(j.at("content"))});
   } else {
     fail(where, "normalizer '" + type + "' is not supported (NFC, NFD, NFKC, NFKD, Prepend, Replace, Sequence are)");
   }
@@ -261,23 +270,23 @@ struct PreTokenizer {
 constexpr const char* kGpt2Pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-void parse_pre_tokenizer(const json& j, std::vector<PreTokenizer>& out, const std::string& where) {
+void parse_pre_tokenizer(const json::Value& j, std::vector<PreTokenizer>& out, const std::string& where) {
   if (j.is_null()) return;
-  const std::string type = j.value("type", "");
+  const std::string type(j.string_or("type", ""));
   if (type == "Sequence") {
-    for (const json& x : j.at("pretokenizers")) parse_pre_tokenizer(x, out, where);
+    for (const json::Value& x : j.at("pretokenizers").elements()) parse_pre_tokenizer(x, out, where);
   } else if (type == "Split") {
     PreTokenizer p{PreTokenizer::split};
-    const json& pat = j.at("pattern");
+    const json::Value pat = j.at("pattern");
     if (pat.contains("Regex")) {
-      p.regex = std::make_shared<Regex>(pat.at("Regex").get<std::string>(), where);
+      p.regex = std::make_shared<Regex>(str(pat.at("Regex")), where);
     } else {
-      std::string lit = pat.at("String").get<std::string>(), quoted = "\\Q";
+      std::string lit = str(pat.at("String")), quoted = "\\Q";
       for (size_t i = 0; i < lit.size(); ++i) quoted += lit.compare(i, 2, "\\E") == 0 ? (++i, "\\E\\\\E\\Q") : std::string(1, lit[i]);
       p.regex = std::make_shared<Regex>(quoted + "\\E", where);
     }
-    if (j.value("invert", false)) fail(where, "pre-tokenizer Split with invert is not supported");
-    const std::string b = j.value("behavior", "Isolated");
+    if (j.bool_or("invert", false)) fail(where, "pre-tokenizer Split with invert is not supported");
+    const std::string b(j.string_or("behavior", "Isolated"));
     if (b == "Isolated") p.behavior = PreTokenizer::isolated;
     else if (b == "Removed") p.behavior = PreTokenizer::removed;
     else if (b == "MergedWithPrevious") p.behavior = PreTokenizer::merged_with_previous;
@@ -285,24 +294,23 @@ void parse_pre_tokenizer(const json& j, std::vector<PreTokenizer>& out, const st
     else fail(where, "pre-tokenizer Split behavior '" + b + "' is not supported");
     out.push_back(std::move(p));
   } else if (type == "ByteLevel") {
-    if (j.value("use_regex", true)) {
+    if (j.bool_or("use_regex", true)) {
       PreTokenizer p{PreTokenizer::split};
       p.regex = std::make_shared<Regex>(kGpt2Pattern, where);
       // The prefix space goes in before the regex split, the byte mapping after it.
-      if (j.value("add_prefix_space", false)) out.emplace_back(PreTokenizer::prefix_space);
+      if (j.bool_or("add_prefix_space", false)) out.emplace_back(PreTokenizer::prefix_space);
       out.push_back(std::move(p));
       out.emplace_back(PreTokenizer::byte_level);
     } else {
-      if (j.value("add_prefix_space", false)) out.emplace_back(PreTokenizer::prefix_space);
+      if (j.bool_or("add_prefix_space", false)) out.emplace_back(PreTokenizer::prefix_space);
       out.emplace_back(PreTokenizer::byte_level);
     }
   } else if (type == "Metaspace") {
     PreTokenizer p{PreTokenizer::metaspace};
-    p.replacement = j.value("replacement", "\xE2\x96\x81");
-    const std::string scheme = j.contains("prepend_scheme") ? j.at("prepend_scheme").get<std::string>()
-                                                            : (j.value("add_prefix_space", true) ? "always" : "never");
+    p.replacement = j.string_or("replacement", "\xE2\x96\x81");
+    const std::string scheme(j.string_or("prepend_scheme", j.bool_or("add_prefix_space", true) ? "always" : "never"));
     p.prepend = scheme == "first" ? PreTokenizer::first : scheme == "never" ? PreTokenizer::never : PreTokenizer::always;
-    p.metaspace_split = j.value("split", true);
+    p.metaspace_split = j.bool_or("split", true);
     out.push_back(std::move(p));
   } else {
     fail(where, "pre-tokenizer '" + type + "' is not supported (Split, ByteLevel, Metaspace, Sequence are)");
@@ -389,30 +397,29 @@ struct Decoder {
   size_t strip_start = 0;
 };
 
-void parse_decoder(const json& j, Decoder& d, const std::string& where) {
+void parse_decoder(const json::Value& j, Decoder& d, const std::string& where) {
   if (j.is_null()) return;
-  const std::string type = j.value("type", "");
+  const std::string type(j.string_or("type", ""));
   if (type == "Sequence") {
-    for (const json& x : j.at("decoders")) parse_decoder(x, d, where);
+    for (const json::Value& x : j.at("decoders").elements()) parse_decoder(x, d, where);
   } else if (type == "ByteLevel") {
     d.steps.push_back({DecodeStep::byte_level, "", ""});
   } else if (type == "Replace") {
-    const json& p = j.at("pattern");
+    const json::Value p = j.at("pattern");
     if (!p.contains("String")) fail(where, "decoder Replace with a regex pattern is not supported");
-    d.steps.push_back({DecodeStep::replace, p.at("String").get<std::string>(), j.at("content").get<std::string>()});
+    d.steps.push_back({DecodeStep::replace, str(p.at("String")), str(j.at("content"))});
   } else if (type == "ByteFallback") {
     d.steps.push_back({DecodeStep::byte_fallback, "", ""});
   } else if (type == "Fuse") {
     // Tokens are always concatenated.
   } else if (type == "Strip") {
-    d.strip_content = j.at("content").get<std::string>();
-    d.strip_start = j.value("start", 0);
-    if (j.value("stop", 0) != 0) fail(where, "decoder Strip with stop > 0 is not supported");
+    d.strip_content = str(j.at("content"));
+    d.strip_start = uint_or(j, "start", 0);
+    if (uint_or(j, "stop", 0) != 0) fail(where, "decoder Strip with stop > 0 is not supported");
   } else if (type == "Metaspace") {
-    const std::string rep = j.value("replacement", "\xE2\x96\x81");
+    const std::string rep(j.string_or("replacement", "\xE2\x96\x81"));
     d.steps.push_back({DecodeStep::replace, rep, " "});
-    const std::string scheme = j.contains("prepend_scheme") ? j.at("prepend_scheme").get<std::string>()
-                                                            : (j.value("add_prefix_space", true) ? "always" : "never");
+    const std::string scheme(j.string_or("prepend_scheme", j.bool_or("add_prefix_space", true) ? "always" : "never"));
     if (scheme != "never") {
       d.strip_content = " ";
       d.strip_start = 1;
@@ -474,13 +481,9 @@ struct Trie {
 struct Tokenizer::Impl {
   std::string where;
   // model
-  std::unordered_map<std::string, int32_t> vocab;
-  std::vector<std::string> id_to_token;
-  struct Merge {
-    uint32_t rank;
-    int32_t id;
-  };
-  std::unordered_map<uint64_t, Merge> merges;
+  TokenIdMap vocab;
+  std::vector<uint32_t> id_to_slot;  // where each id's string is in `vocab` (TokenIdMap::kNone: none)
+  MergeMap merges;
   bool byte_fallback = false, ignore_merges = false, fuse_unk = false;
   std::optional<int32_t> unk;
   std::array<int32_t, 256> byte_ids{};
@@ -498,8 +501,6 @@ struct Tokenizer::Impl {
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
 
-  static uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t{static_cast<uint32_t>(a)} << 32) | static_cast<uint32_t>(b); }
-
   void bpe(const std::string& word, std::vector<int32_t>& out) const;
   void encode_section(std::string text, bool first_section, std::vector<int32_t>& out) const;
 };
@@ -507,8 +508,8 @@ struct Tokenizer::Impl {
 void Tokenizer::Impl::bpe(const std::string& word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   if (ignore_merges) {
-    if (auto it = vocab.find(word); it != vocab.end()) {
-      out.push_back(it->second);
+    if (const int32_t id = vocab.find(word); id >= 0) {
+      out.push_back(id);
       return;
     }
   }
@@ -530,9 +531,9 @@ void Tokenizer::Impl::bpe(const std::string& word, std::vector<int32_t>& out) co
   for (size_t i = 0; i < word.size();) {
     size_t k = i;
     utf8::next(word, k);
-    auto it = vocab.find(word.substr(i, k - i));
+    const int32_t id = vocab.find(std::string_view(word).substr(i, k - i));
     const int32_t n = static_cast<int32_t>(sym.size());
-    sym.push_back({it == vocab.end() ? -1 : it->second, static_cast<uint32_t>(i), static_cast<uint32_t>(k - i), n - 1, n + 1});
+    sym.push_back({id, static_cast<uint32_t>(i), static_cast<uint32_t>(k - i), n - 1, n + 1});
     i = k;
   }
   sym.back().next = -1;
@@ -546,8 +547,7 @@ void Tokenizer::Impl::bpe(const std::string& word, std::vector<int32_t>& out) co
   auto consider = [&](int32_t pos) {
     const int32_t nx = sym[pos].next;
     if (nx < 0 || sym[pos].id < 0 || sym[nx].id < 0) return;
-    auto it = merges.find(pair_key(sym[pos].id, sym[nx].id));
-    if (it != merges.end()) queue.push({it->second.rank, pos, sym[pos].id, sym[nx].id});
+    if (const auto m = merges.find(sym[pos].id, sym[nx].id)) queue.push({m->rank, pos, sym[pos].id, sym[nx].id});
   };
   for (int32_t i = 0; i + 1 < static_cast<int32_t>(sym.size()); ++i) consider(i);
   while (!queue.empty()) {
@@ -556,7 +556,7 @@ void Tokenizer::Impl::bpe(const std::string& word, std::vector<int32_t>& out) co
     Symbol& s = sym[c.pos];
     if (s.len == 0 || s.id != c.left || s.next < 0 || sym[s.next].id != c.right) continue;  // stale
     Symbol& r = sym[s.next];
-    s.id = merges.at(pair_key(c.left, c.right)).id;
+    s.id = merges.find(c.left, c.right)->id;
     s.len += r.len;
     r.len = 0;
     s.next = r.next;
@@ -624,18 +624,239 @@ namespace {
 // Token ids: integers from 0 to kMaxTokenId. Real vocabularies stay under 2^18; the bound keeps
 // a hostile id from sizing the id table (and a float or huge id from an undefined conversion).
 constexpr int64_t kMaxTokenId = (int64_t{1} << 21) - 1;
+static_assert(kMaxTokenId == MergeMap::kMaxId);
 
-int32_t id_field(const json& v, const std::string& where, const std::string& what) {
-  if (!v.is_number_unsigned() || v.get<uint64_t>() > static_cast<uint64_t>(kMaxTokenId))
-    fail(where, what + " must be a token id (an integer from 0 to " + std::to_string(kMaxTokenId) + "), not " +
-                    (v.is_primitive() ? v.dump() : std::string("an ") + v.type_name()));
-  return static_cast<int32_t>(v.get<uint64_t>());
+// `what` is only called to word the error (it builds a string; the vocabulary has 150k ids).
+template <class What>
+int32_t id_field(const json::Value& v, const std::string& where, What&& what) {
+  const std::optional<uint64_t> u = v.as_uint();
+  if (!u || *u > static_cast<uint64_t>(kMaxTokenId))
+    fail(where, what() + " must be a token id (an integer from 0 to " + std::to_string(kMaxTokenId) + "), not " +
+                    v.describe());
+  return static_cast<int32_t>(*u);
 }
 
-std::optional<std::string> token_content(const json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v.at("content").is_string()) return v.at("content").get<std::string>();
+std::optional<std::string> token_content(const json::Value& v) {
+  if (v.is_string()) return str(v);
+  if (v.is_object()) {
+    if (const auto c = v.find("content"); c && c->is_string()) return str(*c);
+  }
   return std::nullopt;
+}
+
+// Reads tokenizer.json's model, added tokens and pipeline into `t` (and the added tokens that
+// tokenizer_config.json declares); `have_template`: the post-processor had a template.
+void read_tokenizer(Tokenizer::Impl& t, const json::Value& j, const json::Value* cfg, const std::string& where,
+                    const std::string& cfg_where, bool& have_template) {
+  j.expect(json::Type::object);
+  const json::Value model = j.at("model");
+  const std::string type(model.string_or("type", "BPE"));
+  if (type != "BPE") fail(where, "model type '" + type + "' is not supported (only BPE)");
+  if (!model.string_or("continuing_subword_prefix", "").empty()) fail(where, "BPE continuing_subword_prefix is not supported");
+  if (!model.string_or("end_of_word_suffix", "").empty()) fail(where, "BPE end_of_word_suffix is not supported");
+  if (const auto d = model.find("dropout"); d && !d->is_null() && d->as_double() != 0)
+    fail(where, "BPE dropout is not supported");
+
+  // The vocabulary, in file order (the reader has refused a token given twice). The lookups go
+  // in batches: each batch's hashes first, with their table slots prefetched (token_maps.hpp).
+  const json::Value vocab = model.at("vocab");
+  vocab.expect(json::Type::object);
+  const size_t n_vocab = vocab.size();
+  t.vocab.reserve(n_vocab);
+  int32_t max_id = -1;
+  constexpr size_t kBatch = 16;
+  auto entry = vocab.members().begin();
+  for (size_t i0 = 0; i0 < n_vocab; i0 += kBatch) {
+    const size_t n = std::min(kBatch, n_vocab - i0);
+    uint64_t h[kBatch];
+    auto batch = entry;
+    for (size_t k = 0; k < n; ++k, ++entry) {
+      h[k] = TokenIdMap::hash((*entry).key);
+      t.vocab.prefetch(h[k]);
+    }
+    for (size_t k = 0; k < n; ++k, ++batch) {
+      const json::Member m = *batch;
+      const int32_t id = id_field(m.value, where, [&] { return "the id of '" + std::string(m.key) + "'"; });
+      t.vocab.insert(m.key, h[k], id);
+      max_id = std::max(max_id, id);
+    }
+  }
+  if (const auto added = j.find("added_tokens"); added && !added->is_null()) {
+    for (const json::Value& a : added->elements()) {
+      AddedToken at{id_field(a.at("id"), where, [] { return std::string("an added token's id"); }), str(a.at("content")),
+                    a.bool_or("special", false), a.bool_or("lstrip", false), a.bool_or("rstrip", false)};
+      if (at.content.empty()) fail(where, "an added token with empty content");
+      max_id = std::max(max_id, at.id);
+      t.added_by_id[at.id] = t.added.size();
+      t.added.push_back(std::move(at));
+    }
+  }
+  // tokenizer_config.json may declare added tokens that tokenizer.json lacks.
+  if (cfg) {
+    try {
+      if (const auto decl = cfg->find("added_tokens_decoder")) {
+        for (const auto& [key, v] : decl->members()) {
+          const std::string k(key);
+          const bool digits = !k.empty() && k.size() <= 7 && k.find_first_not_of("0123456789") == std::string::npos;
+          if (!digits || std::stoll(k) > kMaxTokenId)
+            fail(cfg_where, "added_tokens_decoder key '" + k + "' is not a token id (an integer from 0 to " +
+                                std::to_string(kMaxTokenId) + ")");
+          const int32_t id = static_cast<int32_t>(std::stoll(k));
+          if (t.added_by_id.count(id)) continue;
+          AddedToken at{id, str(v.at("content")), v.bool_or("special", false), v.bool_or("lstrip", false),
+                        v.bool_or("rstrip", false)};
+          max_id = std::max(max_id, id);
+          t.added_by_id[id] = t.added.size();
+          t.added.push_back(std::move(at));
+        }
+      }
+    } catch (const json::StructureError& e) {
+      fail(cfg_where, e.what());
+    }
+  }
+  // Each id's string: where it is in the vocabulary, which makes room for the added tokens first
+  // so that nothing moves after this; an added token's content wins over the vocabulary's
+  // string for its id, and its id over the vocabulary's for its content.
+  t.vocab.reserve(t.vocab.size() + t.added.size());
+  t.id_to_slot.assign(static_cast<size_t>(max_id + 1), TokenIdMap::kNone);
+  for (uint32_t i = 0; i < t.vocab.slot_count(); ++i)
+    if (const int32_t id = t.vocab.id_at(i); id >= 0) t.id_to_slot[id] = i;
+  for (const AddedToken& a : t.added) t.vocab.assign(a.content, a.id);
+  for (const AddedToken& a : t.added) t.id_to_slot[a.id] = t.vocab.find_slot(a.content, TokenIdMap::hash(a.content));
+  for (size_t i = 0; i < t.added.size(); ++i) t.trie.insert(t.added[i].content, static_cast<int32_t>(i));
+
+  // Merges: "a b" or ["a", "b"], by rank; the first of a pair given twice counts. In batches
+  // as the vocabulary: split and hash, then look up the tokens, then add the pairs.
+  const json::Value merges = model.at("merges");
+  merges.expect(json::Type::array);
+  if (merges.size() > MergeMap::kMaxMerges)
+    fail(where, "more than " + std::to_string(MergeMap::kMaxMerges) + " merges (" + std::to_string(merges.size()) + ")");
+  t.merges.reserve(merges.size());
+  auto split = [&](const json::Value& m, std::string_view& a, std::string_view& b) {
+    if (m.is_array()) {
+      a = m[0].as_string();
+      b = m[1].as_string();
+      return;
+    }
+    const std::string_view s = m.as_string();
+    const size_t sp = s.find(' ', 1);
+    if (sp == std::string_view::npos) fail(where, "merge '" + std::string(s) + "' is not two tokens separated by a space");
+    a = s.substr(0, sp);
+    b = s.substr(sp + 1);
+  };
+  std::array<std::string, kBatch> joined;
+  auto merge = merges.elements().begin();
+  for (size_t r0 = 0; r0 < merges.size(); r0 += kBatch) {
+    size_t n = std::min(kBatch, merges.size() - r0);
+    std::string_view a[kBatch], b[kBatch];
+    uint64_t ha[kBatch], hb[kBatch], hab[kBatch];
+    int32_t ia[kBatch], ib[kBatch], iab[kBatch];
+    std::exception_ptr bad;  // a malformed merge: the ones before it still count, in order
+    for (size_t k = 0; k < n; ++k, ++merge) {
+      try {
+        split(*merge, a[k], b[k]);
+      } catch (...) {
+        bad = std::current_exception();
+        n = k;
+        break;
+      }
+      joined[k].assign(a[k]).append(b[k]);
+      ha[k] = TokenIdMap::hash(a[k]);
+      hb[k] = TokenIdMap::hash(b[k]);
+      hab[k] = TokenIdMap::hash(joined[k]);
+      t.vocab.prefetch(ha[k]);
+      t.vocab.prefetch(hb[k]);
+      t.vocab.prefetch(hab[k]);
+    }
+    for (size_t k = 0; k < n; ++k) {
+      ia[k] = t.vocab.find(a[k], ha[k]);
+      ib[k] = t.vocab.find(b[k], hb[k]);
+      iab[k] = t.vocab.find(joined[k], hab[k]);
+      if (ia[k] < 0 || ib[k] < 0 || iab[k] < 0)
+        fail(where, "merge " + std::to_string(r0 + k) + " ('" + std::string(a[k]) + "' '" + std::string(b[k]) +
+                        "') uses a token outside the vocabulary");
+      t.merges.prefetch(ia[k], ib[k]);
+    }
+    for (size_t k = 0; k < n; ++k) t.merges.insert(ia[k], ib[k], iab[k]);
+    if (bad) std::rethrow_exception(bad);
+  }
+  t.byte_fallback = model.bool_or("byte_fallback", false);
+  t.ignore_merges = model.bool_or("ignore_merges", false);
+  t.fuse_unk = model.bool_or("fuse_unk", false);
+  if (const auto unk = model.find("unk_token"); unk && unk->is_string()) {
+    const int32_t id = t.vocab.find(unk->as_string());
+    if (id < 0) fail(where, "unk_token is not in the vocabulary");
+    t.unk = id;
+  }
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    t.byte_ids[b] = t.vocab.find(name);
+  }
+
+  if (const auto v = j.find("normalizer")) parse_normalizer(*v, t.normalizers, where);
+  if (const auto v = j.find("pre_tokenizer")) parse_pre_tokenizer(*v, t.pre_tokenizers, where);
+  if (const auto v = j.find("decoder")) parse_decoder(*v, t.decoder, where);
+
+  // Post-processor: the template for a single sequence (BOS / EOS around it).
+  std::function<void(const json::Value&)> post = [&](const json::Value& p) {
+    if (p.is_null()) return;
+    const std::string pt(p.string_or("type", ""));
+    if (pt == "Sequence") {
+      for (const json::Value& x : p.at("processors").elements()) post(x);
+    } else if (pt == "TemplateProcessing") {
+      have_template = true;
+      bool seen_sequence = false;
+      for (const json::Value& item : p.at("single").elements()) {
+        if (item.contains("Sequence")) {
+          seen_sequence = true;
+        } else if (item.contains("SpecialToken")) {
+          const std::string_view name = item.at("SpecialToken").at("id").as_string();
+          const json::Value st = p.at("special_tokens").at(name);
+          for (const json::Value& id : st.at("ids").elements())
+            (seen_sequence ? t.suffix : t.prefix).push_back(id_field(id, where, [] { return std::string("a post-processor token id"); }));
+        }
+      }
+    } else if (pt == "ByteLevel" || pt.empty()) {
+      // offsets only
+    } else {
+      fail(where, "post-processor '" + pt + "' is not supported (TemplateProcessing, ByteLevel, Sequence are)");
+    }
+  };
+  if (const auto v = j.find("post_processor")) post(*v);
+  for (const std::vector<int32_t>* ids : {&t.prefix, &t.suffix})
+    for (int32_t id : *ids)
+      if (static_cast<size_t>(id) >= t.id_to_slot.size())
+        fail(where, "the post-processor's token id " + std::to_string(id) + " is outside the vocabulary");
+}
+
+
+// Reads tokenizer_config.json's special tokens, their use when tokenizer.json has no template,
+// and the chat template.
+void read_config(Tokenizer::Impl& t, const json::Value& cfg, const std::string& cfg_where, bool have_template) {
+  auto lookup = [&](const char* key) -> std::optional<int32_t> {
+    const auto v = cfg.find(key);
+    if (!v) return std::nullopt;
+    const auto c = token_content(*v);
+    if (!c) return std::nullopt;
+    const int32_t id = t.vocab.find(*c);
+    if (id < 0) fail(cfg_where, std::string(key) + " '" + *c + "' is not a token");
+    return id;
+  };
+  t.bos = lookup("bos_token");
+  t.eos = lookup("eos_token");
+  if (!have_template) {
+    if (cfg.bool_or("add_bos_token", false) && t.bos) t.prefix.push_back(*t.bos);
+    if (cfg.bool_or("add_eos_token", false) && t.eos) t.suffix.push_back(*t.eos);
+  }
+  if (const auto ct = cfg.find("chat_template")) {
+    if (ct->is_string()) {
+      t.chat_template = str(*ct);
+    } else if (ct->is_array()) {
+      for (const json::Value& x : ct->elements())
+        if (x.string_or("name", "") == "default" || t.chat_template.empty()) t.chat_template = x.string_or("template", "");
+    }
+  }
 }
 
 }  // namespace
@@ -644,164 +865,32 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::str
   auto impl = std::make_unique<Impl>();
   Impl& t = *impl;
   t.where = where;
-  // With the checks every reader of untrusted JSON needs (common/checked_json.hpp): a deeply
-  // nested added_tokens crashed the walk below.
+  // With the checks every reader of untrusted JSON needs (tokenizer/json_reader.hpp): a deeply
+  // nested added_tokens crashed an earlier reader's walk.
   auto parse = [](const std::string& text, const std::string& file) {
     try {
-      return io::parse_checked_json(text, limits::kMaxNesting);
-    } catch (const io::JsonError& e) {
+      return std::make_unique<json::Document>(text, limits::kMaxNesting);
+    } catch (const json::ParseError& e) {
       fail(file, e.what());
     }
   };
   const std::string cfg_where = std::filesystem::path(where).parent_path().append("tokenizer_config.json").string();
-  const json j = parse(tokenizer_json, where);
-  const json cfg = config_json.empty() ? json() : parse(config_json, cfg_where);
+  const std::unique_ptr<json::Document> doc = parse(tokenizer_json, where);
+  const std::unique_ptr<json::Document> cfg_doc = config_json.empty() ? nullptr : parse(config_json, cfg_where);
+  // tokenizer_config.json counts only when it is an object.
+  std::optional<json::Value> cfg;
+  if (cfg_doc && cfg_doc->root().is_object()) cfg = cfg_doc->root();
+  bool have_template = false;
   try {
-    const json& model = j.at("model");
-    const std::string type = model.value("type", "BPE");
-    if (type != "BPE") fail(where, "model type '" + type + "' is not supported (only BPE)");
-    if (!model.value("continuing_subword_prefix", json()).is_null() &&
-        !model.at("continuing_subword_prefix").get<std::string>().empty())
-      fail(where, "BPE continuing_subword_prefix is not supported");
-    if (!model.value("end_of_word_suffix", json()).is_null() && !model.at("end_of_word_suffix").get<std::string>().empty())
-      fail(where, "BPE end_of_word_suffix is not supported");
-    if (!model.value("dropout", json()).is_null() && model.at("dropout").get<double>() != 0)
-      fail(where, "BPE dropout is not supported");
-    int32_t max_id = -1;
-    for (const auto& [tok, id] : model.at("vocab").items()) {
-      const int32_t i = id_field(id, where, "the id of '" + tok + "'");
-      t.vocab.emplace(tok, i);
-      max_id = std::max(max_id, i);
-    }
-    for (const json& a : j.value("added_tokens", json::array())) {
-      AddedToken at{id_field(a.at("id"), where, "an added token's id"), a.at("content").get<std::string>(),
-                    a.value("special", false), a.value("lstrip", false), a.value("rstrip", false)};
-      if (at.content.empty()) fail(where, "an added token with empty content");
-      max_id = std::max(max_id, at.id);
-      t.added_by_id[at.id] = t.added.size();
-      t.added.push_back(std::move(at));
-    }
-    // tokenizer_config.json may declare added tokens that tokenizer.json lacks.
-    if (cfg.is_object() && cfg.contains("added_tokens_decoder")) {
-      for (const auto& [k, v] : cfg.at("added_tokens_decoder").items()) {
-        const bool digits = !k.empty() && k.size() <= 7 && k.find_first_not_of("0123456789") == std::string::npos;
-        if (!digits || std::stoll(k) > kMaxTokenId)
-          fail(cfg_where, "added_tokens_decoder key '" + k + "' is not a token id (an integer from 0 to " +
-                              std::to_string(kMaxTokenId) + ")");
-        const int32_t id = static_cast<int32_t>(std::stoll(k));
-        if (t.added_by_id.count(id)) continue;
-        AddedToken at{id, v.at("content").get<std::string>(), v.value("special", false), v.value("lstrip", false),
-                      v.value("rstrip", false)};
-        max_id = std::max(max_id, id);
-        t.added_by_id[id] = t.added.size();
-        t.added.push_back(std::move(at));
-      }
-    }
-    t.id_to_token.assign(static_cast<size_t>(max_id + 1), "");
-    for (const auto& [tok, id] : t.vocab) t.id_to_token[id] = tok;
-    for (const AddedToken& a : t.added) {
-      t.id_to_token[a.id] = a.content;
-      t.vocab[a.content] = a.id;
-    }
-    for (size_t i = 0; i < t.added.size(); ++i) t.trie.insert(t.added[i].content, static_cast<int32_t>(i));
-
-    const json& merges = model.at("merges");
-    t.merges.reserve(merges.size() * 2);
-    for (size_t r = 0; r < merges.size(); ++r) {
-      std::string a, b;
-      if (merges[r].is_array()) {
-        a = merges[r].at(0).get<std::string>();
-        b = merges[r].at(1).get<std::string>();
-      } else {
-        const std::string m = merges[r].get<std::string>();
-        const size_t sp = m.find(' ', 1);
-        if (sp == std::string::npos) fail(where, "merge '" + m + "' is not two tokens separated by a space");
-        a = m.substr(0, sp);
-        b = m.substr(sp + 1);
-      }
-      const auto ia = t.vocab.find(a), ib = t.vocab.find(b), iab = t.vocab.find(a + b);
-      if (ia == t.vocab.end() || ib == t.vocab.end() || iab == t.vocab.end())
-        fail(where, "merge " + std::to_string(r) + " ('" + a + "' '" + b + "') uses a token outside the vocabulary");
-      t.merges.emplace(Impl::pair_key(ia->second, ib->second), Impl::Merge{static_cast<uint32_t>(r), iab->second});
-    }
-    t.byte_fallback = model.value("byte_fallback", false);
-    t.ignore_merges = model.value("ignore_merges", false);
-    t.fuse_unk = model.value("fuse_unk", false);
-    if (model.contains("unk_token") && model.at("unk_token").is_string()) {
-      auto it = t.vocab.find(model.at("unk_token").get<std::string>());
-      if (it == t.vocab.end()) fail(where, "unk_token is not in the vocabulary");
-      t.unk = it->second;
-    }
-    for (int b = 0; b < 256; ++b) {
-      char name[8];
-      std::snprintf(name, sizeof name, "<0x%02X>", b);
-      auto it = t.vocab.find(name);
-      t.byte_ids[b] = it == t.vocab.end() ? -1 : it->second;
-    }
-
-    parse_normalizer(j.value("normalizer", json()), t.normalizers, where);
-    parse_pre_tokenizer(j.value("pre_tokenizer", json()), t.pre_tokenizers, where);
-    parse_decoder(j.value("decoder", json()), t.decoder, where);
-
-    // Post-processor: the template for a single sequence (BOS / EOS around it).
-    bool have_template = false;
-    std::function<void(const json&)> post = [&](const json& p) {
-      if (p.is_null()) return;
-      const std::string pt = p.value("type", "");
-      if (pt == "Sequence") {
-        for (const json& x : p.at("processors")) post(x);
-      } else if (pt == "TemplateProcessing") {
-        have_template = true;
-        bool seen_sequence = false;
-        for (const json& item : p.at("single")) {
-          if (item.contains("Sequence")) {
-            seen_sequence = true;
-          } else if (item.contains("SpecialToken")) {
-            const std::string name = item.at("SpecialToken").at("id").get<std::string>();
-            const json& st = p.at("special_tokens").at(name);
-            for (const json& id : st.at("ids"))
-              (seen_sequence ? t.suffix : t.prefix).push_back(id_field(id, where, "a post-processor token id"));
-          }
-        }
-      } else if (pt == "ByteLevel" || pt.empty()) {
-        // offsets only
-      } else {
-        fail(where, "post-processor '" + pt + "' is not supported (TemplateProcessing, ByteLevel, Sequence are)");
-      }
-    };
-    post(j.value("post_processor", json()));
-    for (const std::vector<int32_t>* ids : {&t.prefix, &t.suffix})
-      for (int32_t id : *ids)
-        if (static_cast<size_t>(id) >= t.id_to_token.size())
-          fail(where, "the post-processor's token id " + std::to_string(id) + " is outside the vocabulary");
-
-    if (cfg.is_object()) {
-      auto lookup = [&](const char* key) -> std::optional<int32_t> {
-        if (!cfg.contains(key)) return std::nullopt;
-        const auto c = token_content(cfg.at(key));
-        if (!c) return std::nullopt;
-        auto it = t.vocab.find(*c);
-        if (it == t.vocab.end()) fail(cfg_where, std::string(key) + " '" + *c + "' is not a token");
-        return it->second;
-      };
-      t.bos = lookup("bos_token");
-      t.eos = lookup("eos_token");
-      if (!have_template) {
-        if (cfg.value("add_bos_token", false) && t.bos) t.prefix.push_back(*t.bos);
-        if (cfg.value("add_eos_token", false) && t.eos) t.suffix.push_back(*t.eos);
-      }
-      if (cfg.contains("chat_template")) {
-        const json& ct = cfg.at("chat_template");
-        if (ct.is_string()) {
-          t.chat_template = ct.get<std::string>();
-        } else if (ct.is_array()) {
-          for (const json& x : ct)
-            if (x.value("name", "") == "default" || t.chat_template.empty()) t.chat_template = x.value("template", "");
-        }
-      }
-    }
-  } catch (const json::exception& e) {
-    fail(where, std::string("unexpected structure: ") + e.what());
+    read_tokenizer(t, doc->root(), cfg ? &*cfg : nullptr, where, cfg_where, have_template);
+  } catch (const json::StructureError& e) {
+    fail(where, e.what());
+  }
+  if (!cfg) return Tokenizer(std::move(impl));
+  try {
+    read_config(t, *cfg, cfg_where, have_template);
+  } catch (const json::StructureError& e) {
+    fail(cfg_where, e.what());
   }
   return Tokenizer(std::move(impl));
 }
@@ -859,17 +948,18 @@ std::vector<int32_t> Tokenizer::encode(std::string_view input, const EncodeOptio
   return out;
 }
 
-const std::string& Tokenizer::token_string(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= impl_->id_to_token.size())
+std::string_view Tokenizer::token_string(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= impl_->id_to_slot.size())
     throw TokenizerError("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                         std::to_string(impl_->id_to_token.size()) + ")");
-  return impl_->id_to_token[id];
+                         std::to_string(impl_->id_to_slot.size()) + ")");
+  const uint32_t slot = impl_->id_to_slot[id];
+  return slot == TokenIdMap::kNone ? std::string_view() : impl_->vocab.key_at(slot);
 }
 
 std::string Tokenizer::token_bytes(int32_t id) const {
-  const std::string& s = token_string(id);
-  if (impl_->added_by_id.count(id)) return s;
-  std::string out = s;
+  const std::string_view s = token_string(id);
+  if (impl_->added_by_id.count(id)) return std::string(s);
+  std::string out(s);
   for (const DecodeStep& d : impl_->decoder.steps) {
     switch (d.kind) {
       case DecodeStep::byte_level: {
@@ -913,9 +1003,9 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, const DecodeOptio
 }
 
 std::optional<int32_t> Tokenizer::token_id(std::string_view token) const {
-  auto it = impl_->vocab.find(std::string(token));
-  if (it == impl_->vocab.end()) return std::nullopt;
-  return it->second;
+  const int32_t id = impl_->vocab.find(token);
+  if (id < 0) return std::nullopt;
+  return id;
 }
 
 bool Tokenizer::is_special(int32_t id) const {
@@ -923,7 +1013,7 @@ bool Tokenizer::is_special(int32_t id) const {
   return it != impl_->added_by_id.end() && impl_->added[it->second].special;
 }
 bool Tokenizer::is_added(int32_t id) const { return impl_->added_by_id.count(id) != 0; }
-uint32_t Tokenizer::vocab_size() const { return static_cast<uint32_t>(impl_->id_to_token.size()); }
+uint32_t Tokenizer::vocab_size() const { return static_cast<uint32_t>(impl_->id_to_slot.size()); }
 const std::vector<int32_t>& Tokenizer::prefix_tokens() const { return impl_->prefix; }
 const std::vector<int32_t>& Tokenizer::suffix_tokens() const { return impl_->suffix; }
 std::optional<int32_t> Tokenizer::bos_id() const { return impl_->bos; }

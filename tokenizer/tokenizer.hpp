@@ -46,8 +46,9 @@ class Tokenizer {
   // The bytes one token stands for in the middle of a text (no leading-space stripping); may
   // be an incomplete UTF-8 sequence (byte-level and byte-fallback tokens).
   std::string token_bytes(int32_t id) const;
-  // The token's string in the vocabulary (as in tokenizer.json); throws when out of range.
-  const std::string& token_string(int32_t id) const;
+  // The token's string in the vocabulary (as in tokenizer.json); throws when out of range. Valid
+  // as long as the tokenizer.
+  std::string_view token_string(int32_t id) const;
   std::optional<int32_t> token_id(std::string_view token) const;  // vocabulary or added token
   bool is_special(int32_t id) const;
   bool is_added(int32_t id) const;
