@@ -189,6 +189,12 @@ std::vector<CheckpointTensor> parse_safetensors(const MappedFile& m) {
   const fs::path& file = m.file;
   if (m.size < 8) fail(file, "file is ", m.size, " bytes, shorter than the 8-byte header length");
   const uint64_t n = read_u64_le(m.data);
+  // A safetensors file's JSON header starts with '{' right after its length. Another file (a
+  // config.json, a schedule) read as one has a length made of text or other data, far past the
+  // file's end: say what the file is not, rather than quote that length.
+  if (n > m.size - 8 && m.size > 8 && m.data[8] != '{')
+    fail(file, "not a safetensors file (expected an 8-byte header length, then a JSON header starting with '{'); "
+               "give a checkpoint folder or its .safetensors file");
   if (n > m.size - 8)
     fail(file, "header length ", n, " exceeds the ", m.size - 8, " bytes after the length field (file truncated?)");
   if (n > limits::kMaxTextBytes) fail(file, "header length ", n, " is over the limit of ", limits::kMaxTextBytes, " bytes");

@@ -289,6 +289,27 @@ TEST_CASE("weights: header length beyond the file, bad JSON, ill-typed header") 
   check_contains(file_error(dir, R"({"w":[1]})", filler(4)), "tensor 'w': expected an object");
 }
 
+TEST_CASE("weights: a file that is not a safetensors file says so; a truncated one keeps its precise message") {
+  TempDir dir;
+  const fs::path config = dir.path / "config.json";
+  const std::string text = "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"hidden_size\": 2048\n}\n";
+  write_bytes(config, std::vector<uint8_t>(text.begin(), text.end()));
+  CHECK(open_error(config) == config.string() +
+                                  ": not a safetensors file (expected an 8-byte header length, then a JSON header starting "
+                                  "with '{'); give a checkpoint folder or its .safetensors file");
+  const fs::path schedule = dir.path / "s.bin";
+  const std::string magic = "MKSCHED";
+  std::vector<uint8_t> bytes(magic.begin(), magic.end());
+  bytes.resize(64, 0x11);
+  write_bytes(schedule, bytes);
+  check_contains(open_error(schedule), "s.bin: not a safetensors file");
+  // A real file cut inside its header: the length is plausible and the header starts with '{'.
+  const std::vector<uint8_t> full = safetensors_bytes(kValidHeader, filler(24));
+  const fs::path cut = dir.path / "cut.safetensors";
+  write_bytes(cut, std::vector<uint8_t>(full.begin(), full.begin() + 20));
+  check_contains(open_error(cut), "header length " + std::to_string(kValidHeader.size()) + " exceeds the 12 bytes after the length field");
+}
+
 TEST_CASE("weights: unknown dtype, offsets out of range, size mismatch, overlap") {
   TempDir dir;
   const std::string e1 = file_error(dir, R"({"w":{"dtype":"Q4","shape":[2],"data_offsets":[0,4]}})", filler(4));
