@@ -102,9 +102,56 @@ help_mentions() {
 }
 
 check_help() {
-  help_mentions mkplan "$MKPLAN" --sms --policy --dot --dot-level --dot-expand --dot-layers --dot-ops --output --emit-yaml --sample
-  help_mentions mkrun "$MKRUN" --prompt-ids --tokens --backend --max-context --dump-logits --order --seed --trace --watchdog --interactive
-  help_mentions mkweights "$MKWEIGHTS" --seed --out
+  help_mentions mkplan "$MKPLAN" --sms --policy --dot --dot-level --dot-expand --dot-layers --dot-ops --output --emit-yaml --sample --force --version
+  help_mentions mkrun "$MKRUN" --prompt-ids --tokens --backend --max-context --dump-logits --order --seed --trace --watchdog --interactive --force --version
+  help_mentions mkweights "$MKWEIGHTS" --seed --out --force --version
+}
+
+# help_layout TOOL: --help starts with "Usage: TOOL " and ends with an Examples section of TOOL
+# command lines, each followed by what it does.
+help_layout() {
+  local name=$1 path=$2
+  begin
+  run "$path" --help
+  expect "exit status is $RC, expected 0" rc_is 0
+  expect "--help does not start with 'Usage: $name '" test "$(head -n 1 "$WORK/stdout" | cut -c1-$((8 + ${#name})))" == "Usage: $name "
+  local after
+  after=$(sed -n '/^Examples:$/,$p' "$WORK/stdout")
+  expect "--help has no Examples: section" test -n "$after"
+  expect "the Examples: section has no '  $name ...' line" grep -Eq "^  $name [^ ]" <<<"$after"
+  expect "an example is not followed by what it does" grep -Eq "^      [a-z]" <<<"$after"
+  expect "the Examples: section is not the last" test "$(grep -c '^[A-Z][A-Za-z]*:' <<<"$after")" -eq 1
+  finish "$name --help: a usage line first, an Examples section last"
+}
+
+# version_says TOOL: --version exits 0 with one first line naming the tool and the project, and
+# the schedule format.
+version_says() {
+  local name=$1 path=$2
+  begin
+  run "$path" --version
+  expect "exit status is $RC, expected 0" rc_is 0
+  expect "the first line does not name $name and megakernel" out_has "^$name, megakernel "
+  expect "--version does not name the schedule format" out_has 'schedule formats? [0-9]'
+  expect "stderr is not empty" err_lines 0
+  finish "$name --version names the tool, the project (version and commit where the build gives them) and the schedule format"
+}
+
+# suggests TOOL PATH ARGS...: a mistyped option is one line naming it and what was meant.
+check_typos() {
+  begin
+  run "$MKRUN" s.bin w --tokns 4
+  exact_error mkrun "unknown option --tokns; did you mean --tokens? (see --help)"
+  run "$MKRUN" s.bin w --temp 0.7
+  exact_error mkrun "unknown option --temp; did you mean --temperature? (see --help)"
+  run "$MKPLAN" "$LLAMA" -o typo.bin --dot-level task --dot-layer 1
+  exact_error mkplan "unknown option --dot-layer; did you mean --dot-layers? (see --help)"
+  expect "typo.bin was written" test ! -e typo.bin
+  run "$MKWEIGHTS" s.bin -o typo-w --sede 3
+  exact_error mkweights "unknown option --sede; did you mean --seed? (see --help)"
+  run "$MKPLAN" "$LLAMA" -o typo.bin --frobnicate
+  exact_error mkplan "unknown option --frobnicate (see --help)"
+  finish "a mistyped long option is one line naming it, with a suggestion when one is near"
 }
 
 # --- happy path ----------------------------------------------------------------------------------
@@ -721,9 +768,9 @@ check_nan_weights() {
   # The last value of the data area (the last layer's down_proj) becomes a bf16 NaN (0x7fc0).
   printf '\xc0\x7f' | dd of=w-nan/model.safetensors bs=1 seek=$((size - 2)) conv=notrunc status=none
   run "$MKRUN" s.bin w-nan --backend emulator --prompt-ids 1,2 --tokens 4
-  exact_error mkrun "step 1 of 5 (position 0) produced a non-finite logit (nan at vocabulary index 0): the weights or the computation hold NaN or Inf, so its token would be meaningless"
+  exact_error mkrun "step 2 of 5 (position 1) produced a non-finite logit (nan at vocabulary index 0): the weights or the computation hold NaN or Inf, so its token would be meaningless"
   expect "it printed tokens" no_tokens
-  finish "mkrun on a checkpoint holding a NaN stops at the first step with non-finite logits"
+  finish "mkrun on a checkpoint holding a NaN stops after the prompt, before any token, with non-finite logits"
 }
 
 check_checkpoint_refusals() {
@@ -774,7 +821,7 @@ check_run_messages() {
   expect "exit status is $RC, expected 0" rc_is 0
   expect "the timing line is not 'N steps on emulator: X us/token (Y tokens/s)' in fixed notation" \
     out_has '^7 steps on emulator: [0-9]+(\.[0-9]+)? us/token \([0-9]+(\.[0-9]+)? tokens/s\)$'
-  expect "the decode line is not in fixed notation" out_has '^decode after the prompt: 5 steps, [0-9]+(\.[0-9]+)? us/token at context 3\.\.7$'
+  expect "the decode line is not in fixed notation" out_has '^decode after the prompt: [0-9]+ steps, [0-9]+(\.[0-9]+)? us/token at context 3\.\.7$'
   expect "a number is printed with an exponent" fixed_numbers "$WORK/stdout"
   expect "stderr is not empty with a prompt" err_lines 0
   finish "mkrun prints us/token and tokens/s in fixed notation"
@@ -902,6 +949,71 @@ check_run_overwrites() {
   finish "mkrun --force writes its outputs over its inputs"
 }
 
+check_plan_overwrites() {
+  begin
+  cp "$LLAMA" my.yaml && cp my.yaml my.saved
+  run "$MKPLAN" my.yaml -o my.yaml
+  exact_error mkplan "-o my.yaml would overwrite the model my.yaml; choose another output path, or pass --force to overwrite it"
+  expect "the model changed" cmp -s my.yaml my.saved
+  ln -sf my.yaml link.yaml
+  run "$MKPLAN" my.yaml -o link.yaml
+  exact_error mkplan "-o link.yaml would overwrite the model my.yaml (the same file); choose another output path, or pass --force to overwrite it"
+  rm -f hard.yaml && ln my.yaml hard.yaml
+  run "$MKPLAN" my.yaml -o x.bin --dot hard.yaml
+  exact_error mkplan "--dot hard.yaml would overwrite the model my.yaml (the same file); choose another output path, or pass --force to overwrite it"
+  expect "x.bin was written by a refused plan" test ! -e x.bin
+  expect "the model changed" cmp -s my.yaml my.saved
+  run "$MKPLAN" my.yaml -o same.bin --dot same.bin
+  exact_error mkplan "-o same.bin and --dot same.bin are the same file; choose two different output paths"
+  write_qwen2 ckpt
+  cp ckpt/config.json ckpt.saved
+  run "$MKPLAN" ckpt -o ckpt/config.json
+  exact_error mkplan "-o ckpt/config.json would overwrite the checkpoint's ckpt/config.json; choose another output path, or pass --force to overwrite it"
+  run "$MKPLAN" ckpt/config.json -o c.bin --emit-yaml ckpt/config.json
+  clean_error mkplan "^mkplan: --emit-yaml ckpt/config.json would overwrite the checkpoint's ckpt/config.json; .*--force"
+  run "$MKPLAN" ckpt -o c.bin --dot ./ckpt/config.json
+  clean_error mkplan "^mkplan: --dot ./ckpt/config.json would overwrite the checkpoint's ckpt/config.json; .*--force"
+  expect "config.json changed" cmp -s ckpt/config.json ckpt.saved
+  expect "c.bin was written by a refused plan" test ! -e c.bin
+  expect "a temporary was left behind" no_temporaries
+  finish "mkplan refuses -o, --dot and --emit-yaml over the model or the checkpoint's config.json (path, symlink, hard link), which stay unchanged"
+  begin
+  run "$MKPLAN" my.yaml -o my.yaml --sms 8 -q --force
+  expect "--force: exit status is $RC, expected 0" rc_is 0
+  expect "--force: my.yaml is not the schedule" cmp -s my.yaml s.bin
+  finish "mkplan --force writes the schedule over its model"
+}
+
+check_weights_overwrites() {
+  have_fixtures || { skip "mkweights refuses a folder holding a checkpoint" "no fixtures"; return; }
+  begin
+  rm -rf real && mkdir real && cp w/model.safetensors real/ && echo '{"model_type": "llama"}' >real/config.json
+  run "$MKWEIGHTS" s.bin -o real --seed 9
+  exact_error mkweights "-o real already holds a checkpoint (real/model.safetensors); choose another folder, or pass --force to overwrite it with random weights"
+  expect "the weights changed" cmp -s real/model.safetensors w/model.safetensors
+  rm real/model.safetensors && cp w/model.safetensors real/model-00001-of-00002.safetensors
+  run "$MKWEIGHTS" s.bin -o real
+  clean_error mkweights "^mkweights: -o real already holds a checkpoint \(real/model-00001-of-00002\.safetensors\)"
+  echo '{"weight_map": {}}' >real/model.safetensors.index.json
+  run "$MKWEIGHTS" s.bin -o real --force
+  exact_error mkweights "-o real holds a sharded checkpoint (real/model.safetensors.index.json), which random weights in model.safetensors would not replace; choose another folder"
+  expect "a refused mkweights wrote model.safetensors" test ! -e real/model.safetensors
+  finish "mkweights refuses a folder that holds a checkpoint (model.safetensors, shards; an index even with --force)"
+  begin
+  rm -rf real && mkdir real && cp w/model.safetensors real/ && echo '{"model_type": "llama"}' >real/config.json
+  run "$MKWEIGHTS" s.bin -o real --seed 9 --force
+  expect "--force: exit status is $RC, expected 0" rc_is 0
+  expect "--force: the weights were not replaced" not_cmp real/model.safetensors w/model.safetensors
+  expect "--force: config.json was replaced" grep -q '"model_type": "llama"' real/config.json
+  run "$MKWEIGHTS" s.bin -o w --seed 3 --force
+  expect "--force with the same seed: exit status is $RC" rc_is 0
+  finish "mkweights --force replaces the weights of a folder (its config.json kept)"
+  begin
+  run "$MKRUN" s.bin w/config.json --backend emulator --prompt-ids 1
+  exact_error mkrun "w/config.json: not a safetensors file (expected an 8-byte header length, then a JSON header starting with '{'); give a checkpoint folder or its .safetensors file"
+  finish "mkrun with config.json as the weights says it is not a safetensors file"
+}
+
 # --- checkpoint folders planned from config.json -------------------------------------------------
 
 # write_qwen2 DIR [EXTRA]: a tiny Qwen2 config.json (q/k/v biases, 6 q heads per kv head).
@@ -1021,6 +1133,13 @@ JSON
 # --- main ----------------------------------------------------------------------------------------
 
 check_help
+help_layout mkplan "$MKPLAN"
+help_layout mkrun "$MKRUN"
+help_layout mkweights "$MKWEIGHTS"
+version_says mkplan "$MKPLAN"
+version_says mkrun "$MKRUN"
+version_says mkweights "$MKWEIGHTS"
+check_typos
 check_plan
 check_dot_renders
 check_dot_task_level
@@ -1070,6 +1189,8 @@ check_config_mismatch
 check_run_messages
 check_interactive_terminal
 check_run_overwrites
+check_plan_overwrites
+check_weights_overwrites
 
 echo "$PASSED passed, $FAILED failed"
 [[ $FAILED -eq 0 ]]

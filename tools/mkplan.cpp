@@ -11,31 +11,51 @@
 #include "tools/cli.hpp"
 
 #include "common/output_file.hpp"
+#include "common/show_number.hpp"
 #include "dsl/hf_config.hpp"
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "mkplan: plan a megakernel schedule from a YAML model, or from a Hugging Face checkpoint folder\n"
-      "(its config.json: Llama, Mistral, Qwen2, Qwen3) without writing YAML.\n"
-      "Lowers every op into tasks, derives counter-based dependencies, assigns tasks to per-SM\n"
-      "queues, proves the schedule deadlock-free and writes it as a binary file for mkrun."};
+  CLI::App app;
+  mk::tools::describe(
+      app, {.tool = "mkplan",
+            .usage = {"MODEL.yaml -o SCHEDULE [--sms N] [OPTIONS]", "CHECKPOINT_DIR -o SCHEDULE [--sample] [--emit-yaml MODEL.yaml] [OPTIONS]"},
+            .description =
+                "Plan a megakernel schedule from a YAML model, or from a Hugging Face checkpoint folder (its\n"
+                "config.json: Llama, Mistral, Qwen2, Qwen3) without writing YAML. Lowers every op into tasks,\n"
+                "derives counter-based dependencies, assigns tasks to per-SM queues, proves the schedule\n"
+                "deadlock-free and writes it as a binary file for mkrun. Outputs never overwrite an input (the\n"
+                "model, the checkpoint's files) unless --force.",
+            .examples = {{"examples/llama-3.2-1b.yaml -o s.bin", "plan a model YAML for 132 SMs (the H200)"},
+                         {"Llama-3.2-1B-Instruct/ -o s.bin --sample",
+                          "plan from a checkpoint's config.json, ending in a sample op (mkrun --temperature)"},
+                         {"Qwen3-4B/ -o s.bin --emit-yaml qwen3-4b.yaml", "also write the generated model as YAML, to edit"},
+                         {"examples/tiny-llama.yaml -o s.bin --sms 8 --dot deps.dot",
+                          "plan for 8 SMs and draw the op graph (dot -Tsvg deps.dot -o deps.svg)"}},
+            .version_note = "writes schedule format " + std::to_string(mk::schedule::kFormatVersion)});
   std::string model_path, out_path, dot_path, policy = "round-robin", dot_level = "op";
   uint32_t sms = mk::schedule::kDefaultSmCount;
-  bool quiet = false, sample = false;
+  bool quiet = false, sample = false, force = false;
   std::string emit_yaml;
-  app.add_option("model", model_path, "model YAML (see examples/), or a checkpoint folder (or its config.json) to import")->required();
-  app.add_option("--emit-yaml", emit_yaml, "with a checkpoint folder: also write the generated model as YAML (edit it to customise)");
+  app.add_option("MODEL", model_path, "model YAML (see examples/), or a checkpoint folder (or its config.json) to import")
+      ->required()
+      ->type_name("FILE|DIR");
+  app.add_option("--emit-yaml", emit_yaml, "with a checkpoint folder: also write the generated model as YAML (edit it to customise)")
+      ->type_name("FILE");
   app.add_flag("--sample", sample,
                "with a checkpoint folder: end the model with a sample op instead of argmax, so that mkrun can sample "
                "(--temperature, --top-k, --top-p; greedy without them)");
-  app.add_option("-o,--output", out_path, "schedule file to write")->required();
-  app.add_option("--sms", sms, "SM count to plan for (the H200 has 132)")->capture_default_str()->check(CLI::Range(1, 4096));
+  app.add_option("-o,--output", out_path, "schedule file to write")->required()->type_name("FILE");
+  app.add_option("--sms", sms, "SM count to plan for (the H200 has 132)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096))
+      ->type_name("N");
   app.add_option("--policy", policy, "SM assignment: round-robin, or critical-path (list scheduling by the cost model of schedules/cost.hpp)")
       ->capture_default_str()
       ->check(CLI::IsMember({"round-robin", "critical-path"}));
-  app.add_option("--dot", dot_path, "also write the dependency graph as Graphviz DOT (render: dot -Tsvg FILE -o deps.svg)");
+  app.add_option("--dot", dot_path, "also write the dependency graph as Graphviz DOT (render: dot -Tsvg FILE -o deps.svg)")
+      ->type_name("FILE");
   app.add_option("--dot-level", dot_level, "DOT detail: op (one node per op) or task (one node per task)")
       ->capture_default_str()
       ->check(CLI::IsMember({"op", "task"}));
@@ -46,6 +66,7 @@ int main(int argc, char** argv) {
   app.add_option("--dot-ops", dot_ops,
                  "task level: only the tasks of these ops (comma-separated globs over op names and opcodes, e.g. 'qkv*,attention')");
   app.add_flag("-q,--quiet", quiet, "print nothing on success");
+  app.add_flag("--force", force, mk::tools::kForceHelp);
   if (const auto code = mk::tools::parse(app, argc, argv, "mkplan")) return *code;
 
   mk::planner::DotOptions dot_options;
@@ -85,6 +106,13 @@ int main(int argc, char** argv) {
   try {
     const auto start = std::chrono::steady_clock::now();
     const bool import = mk::dsl::is_hf_import(model_path);
+    // Before any work: no output may replace the model, nor a file of the checkpoint it comes from.
+    std::vector<mk::io::NamedPath> inputs = {{import ? "the checkpoint's" : "the model", model_path}};
+    if (import) {
+      const std::filesystem::path path(model_path), folder = std::filesystem::is_directory(path) ? path : path.parent_path();
+      for (const auto& f : mk::tools::checkpoint_files(folder.empty() ? "." : folder)) inputs.push_back({"the checkpoint's", f});
+    }
+    mk::io::check_outputs({{"-o", out_path}, {"--dot", dot_path}, {"--emit-yaml", emit_yaml}}, inputs, force);
     if (!emit_yaml.empty() && !import) throw std::invalid_argument("--emit-yaml needs a checkpoint folder (or its config.json), not a YAML model");
     if (sample && !import)
       throw std::invalid_argument("--sample needs a checkpoint folder (or its config.json); in a YAML model write "
@@ -134,7 +162,7 @@ int main(int argc, char** argv) {
           std::cout << "sliding_window " << *config->sliding_window << ": exact up to that context; mkrun refuses a longer one\n";
       }
       std::cout << mk::planner::summary(plan);
-      std::cout << "wrote " << out_path << ": " << bytes << " bytes, planned and verified in " << ms << " ms\n";
+      std::cout << "wrote " << out_path << ": " << bytes << " bytes, planned and verified in " << mk::show_fixed(ms) << " ms\n";
     }
   } catch (const std::exception& e) {
     std::cerr << "mkplan: " << e.what() << "\n";
