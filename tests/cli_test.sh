@@ -463,6 +463,20 @@ check_sms_zero() {
   finish "mkplan --sms 0 is a command-line error (non-zero exit, names --sms)"
 }
 
+check_max_tokens() {
+  begin
+  run "$MKPLAN" "$LLAMA" -o mt.bin --sms 8 --max-tokens 4
+  expect "exit status is $RC, expected 0" rc_is 0
+  expect "the summary does not say 4 tokens a step" out_has '^tokens a step: +up to 4 '
+  run "$MKPLAN" "$LLAMA" -o mt.bin --sms 8
+  expect "without --max-tokens the summary does not say 1 token a step" out_has '^tokens a step: +up to 1 '
+  rm -f mt0.bin
+  run "$MKPLAN" "$LLAMA" -o mt0.bin --max-tokens 0
+  clean_error mkplan '--max-tokens.*0.*(range|1)'
+  expect "mt0.bin was written" test ! -e mt0.bin
+  finish "mkplan --max-tokens N plans steps of up to N tokens (the option the summary names); 0 is refused"
+}
+
 check_policy_bogus() {
   begin
   run "$MKPLAN" "$LLAMA" -o x.bin --policy bogus
@@ -1158,6 +1172,7 @@ check_unknown_op
 check_missing_model
 check_sms_zero
 check_policy_bogus
+check_max_tokens
 check_plan_unwritable
 
 check_schedule_truncated

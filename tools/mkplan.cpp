@@ -15,6 +15,7 @@
 #include "dsl/hf_config.hpp"
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
+#include "schedules/limits.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app;
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
                           "plan for 8 SMs and draw the op graph (dot -Tsvg deps.dot -o deps.svg)"}},
             .version_note = "writes schedule format " + std::to_string(mk::schedule::kFormatVersion)});
   std::string model_path, out_path, dot_path, policy = "round-robin", dot_level = "op";
-  uint32_t sms = mk::schedule::kDefaultSmCount;
+  uint32_t sms = mk::schedule::kDefaultSmCount, max_tokens = 0;
   bool quiet = false, sample = false, force = false;
   std::string emit_yaml;
   app.add_option("MODEL", model_path, "model YAML (see examples/), or a checkpoint folder (or its config.json) to import")
@@ -50,6 +51,10 @@ int main(int argc, char** argv) {
   app.add_option("--sms", sms, "SM count to plan for (the H200 has 132)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096))
+      ->type_name("N");
+  app.add_option("--max-tokens", max_tokens,
+                 "tokens a step may run (rows of the activations; default: the model's config max_tokens, else 1)")
+      ->check(CLI::Range(1u, mk::limits::kMaxStepTokens))
       ->type_name("N");
   app.add_option("--policy", policy, "SM assignment: round-robin, or critical-path (list scheduling by the cost model of schedules/cost.hpp)")
       ->capture_default_str()
@@ -124,6 +129,7 @@ int main(int argc, char** argv) {
                : mk::dsl::parse_file(model_path);
     mk::planner::PlanOptions options;
     options.sm_count = sms;
+    options.max_tokens = max_tokens;
     options.policy = mk::planner::policy_by_name(policy);
     const mk::planner::Plan plan = mk::planner::plan(model, options);
     const std::vector<uint8_t> schedule = mk::schedule::serialize(plan.schedule);
