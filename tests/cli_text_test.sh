@@ -66,17 +66,77 @@ check_mktoken() {
   finish "mktoken --file on a FIFO: refused at once instead of blocking"
 }
 
-check_mktoken_real() {
+check_mktoken_batch() {
   begin
-  local dir=$ROOT/tests/tokenizer/models/llama3_1
-  if [[ ! -f $dir/tokenizer.json ]]; then
-    WHY+=("$dir is missing: run scripts/fetch_tokenizers.sh")
-  else
-    run "$MKTOKEN" "$dir" "Hello world"
-    expect "Llama-3.1 'Hello world' is '$(cat stdout)'" stdout_is "128000,9906,1917"
-    run "$MKTOKEN" "$ROOT/tests/tokenizer/models/qwen3" --decode 9707,1879
-    expect "Qwen3 decode is '$(cat stdout)'" stdout_is "Hello world"
+  printf 'Hi\n\nok\r\nlast' >lines.txt
+  run "$MKTOKEN" w --lines lines.txt
+  expect "--lines: exit $RC" rc_is 0
+  expect "--lines gave '$(cat stdout)'" stdout_is $'256,72,105\n256\n256,111,107\n256,108,97,115,116'
+  run "$MKTOKEN" w --lines - --no-add-special <lines.txt
+  expect "--lines - (stdin): exit $RC" rc_is 0
+  expect "--lines - --no-add-special gave '$(cat stdout)'" stdout_is $'72,105\n\n111,107\n108,97,115,116'
+  printf '"Hi"\n{"text": "ok", "n": 1}\n"\\u00e9"\n' >in.jsonl
+  run "$MKTOKEN" w --jsonl in.jsonl
+  expect "--jsonl: exit $RC" rc_is 0
+  expect "--jsonl gave '$(cat stdout)'" stdout_is $'{"ids":[256,72,105]}\n{"ids":[256,111,107]}\n{"ids":[256,195,169]}'
+  run "$MKTOKEN" w --jsonl - --time <in.jsonl
+  expect "--jsonl - gave '$(cat stdout)'" stdout_is $'{"ids":[256,72,105]}\n{"ids":[256,111,107]}\n{"ids":[256,195,169]}'
+  expect "--time: no load time on stderr" err_has '^mktoken: loaded .*tokenizer.json \(261 ids\) in [0-9.]+ ms$'
+  expect "--time: no encode time on stderr" err_has '^mktoken: encoded 3 texts \(6 bytes, 9 ids\) in [0-9.]+ ms'
+  finish "mktoken --lines and --jsonl: one line of ids per line, from a file or stdin; --time"
+  begin
+  # The order of many lines: each line's ids are its bytes after the BOS (the fixture is byte-level).
+  : >many.txt
+  : >want.txt
+  local i line
+  for ((i = 0; i < 300; ++i)); do
+    line="n$i $((i * 7919 % 1000))é ${i: -1}"
+    printf '%s\n' "$line" >>many.txt
+    printf '256%s\n' "$(printf '%s' "$line" | od -An -tu1 -v | tr -s ' \n' ',,' | sed 's/,$//')" >>want.txt
+  done
+  run "$MKTOKEN" w --lines - <many.txt
+  expect "--lines on 300 lines: exit $RC" rc_is 0
+  expect "--lines on 300 lines: the output differs from each line's bytes in order ($(diff stdout want.txt | head -2 | tr '\n' ' '))" \
+    cmp -s stdout want.txt
+  finish "mktoken --lines keeps the input's order (300 lines)"
+  begin
+  printf '"Hi"\n{"text": "ok"\n"after"\n' >bad.jsonl
+  run "$MKTOKEN" w --jsonl bad.jsonl
+  clean_error mktoken "bad.jsonl: line 2, column 14: not valid JSON: unexpected end of text"
+  expect "invalid JSON line: stdout is '$(cat stdout)', expected the first line's ids only" stdout_is '{"ids":[256,72,105]}'
+  printf '"Hi"\n{"text": 5}\n' >bad.jsonl
+  run "$MKTOKEN" w --jsonl - <bad.jsonl
+  clean_error mktoken 'stdin: line 2: "text" is 5, not a string'
+  printf '[1]\n' >bad.jsonl
+  run "$MKTOKEN" w --jsonl bad.jsonl
+  clean_error mktoken 'line 1: expected a JSON string or an object with a "text" string, not an array'
+  printf '"a"\n\n' >bad.jsonl
+  run "$MKTOKEN" w --jsonl bad.jsonl
+  clean_error mktoken "line 2: .*not a blank line"
+  run "$MKTOKEN" w --lines nowhere.txt
+  clean_error mktoken "nowhere.txt: cannot open"
+  mkfifo lines.fifo
+  run "$MKTOKEN" w --lines lines.fifo
+  clean_error mktoken "lines.fifo: not a regular file"
+  run "$MKTOKEN" w --lines lines.txt --tokens
+  clean_error mktoken "--tokens goes with one text"
+  run "$MKTOKEN" w "Hi" --jsonl in.jsonl
+  clean_error mktoken "exactly one of"
+  finish "mktoken --jsonl and --lines refuse bad input with the line: invalid JSON, the wrong type, a blank line, a FIFO"
+}
+
+check_mktoken_real() {
+  local models=${MK_TOKENIZER_MODELS:-$ROOT/tests/tokenizer/models}
+  if [[ ! -f $models/llama3_1/tokenizer.json ]]; then
+    skip "mktoken on the real Llama-3.1 and Qwen3 tokenizers" "no tokenizer files in $models: run scripts/fetch_tokenizers.sh"
+    return
   fi
+  begin
+  run "$MKTOKEN" "$models/llama3_1" "Hello world" --time
+  expect "Llama-3.1 'Hello world' is '$(cat stdout)'" stdout_is "128000,9906,1917"
+  expect "Llama-3.1 --time: no load time on stderr" err_has '^mktoken: loaded .*tokenizer.json \(128256 ids\) in [0-9.]+ ms$'
+  run "$MKTOKEN" "$models/qwen3" --decode 9707,1879
+  expect "Qwen3 decode is '$(cat stdout)'" stdout_is "Hello world"
   finish "mktoken on the real Llama-3.1 and Qwen3 tokenizers"
 }
 
@@ -292,14 +352,22 @@ check_help() {
   done
   run "$MKTOKEN" --help
   expect "mktoken --help: exit $RC" rc_is 0
-  for opt in --file --decode --skip-special --no-add-special --no-parse-special --tokens; do
+  for opt in --file --lines --jsonl --decode --skip-special --no-add-special --no-parse-special --tokens --time --version; do
     expect "mktoken --help does not mention $opt" out_has "(^|[^-[:alnum:]])$opt([^-[:alnum:]]|\$)"
   done
+  expect "mktoken --help: no usage line 'Usage: mktoken DIR ...'" out_has '^Usage: mktoken DIR '
+  expect "mktoken --help: no examples" out_has '^  mktoken weights/ --lines '
+  run "$MKTOKEN" --version
+  expect "mktoken --version: exit $RC" rc_is 0
+  expect "mktoken --version says '$(cat stdout)'" out_has '^mktoken, megakernel'
+  run "$MKTOKEN" w --lnes x.txt
+  clean_error mktoken "unknown option --lnes; did you mean --lines\\?"
   finish "mkrun --help and mktoken --help name the text and sampling options"
 }
 
 check_help
 check_mktoken
+check_mktoken_batch
 check_mktoken_real
 check_mktoken_errors
 check_prompt_stops_at_eos

@@ -36,8 +36,7 @@ class Parser {
     size_t line = 1, line_start = 0;
     for (size_t i = 0; i < pos_ && i < s_.size(); ++i)
       if (s_[i] == '\n') ++line, line_start = i + 1;
-    throw ParseError("not valid JSON: line " + std::to_string(line) + ", column " + std::to_string(pos_ - line_start + 1) +
-                     ": " + why);
+    throw ParseError(line, pos_ - line_start + 1, why);
   }
 
   std::string found() const {

@@ -25,7 +25,13 @@
 namespace mk::tok::json {
 
 struct ParseError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit ParseError(const std::string& what) : std::runtime_error(what) {}
+  // Malformed text: where (from 1) and why, what() being "not valid JSON: line L, column C: why".
+  ParseError(size_t line, size_t column, const std::string& why)
+      : std::runtime_error("not valid JSON: line " + std::to_string(line) + ", column " + std::to_string(column) + ": " + why),
+        line(line), column(column), why(why) {}
+  size_t line = 0, column = 0;  // 0: not a place in the text (nesting too deep, a key twice)
+  std::string why;
 };
 
 struct StructureError : std::runtime_error {
