@@ -8,6 +8,8 @@
 #      build-asan-ubsan/);
 #   3. each fuzz harness on a short fixed number of inputs (preset fuzz: clang + libFuzzer,
 #      build-fuzz/). The long run is scripts/fuzz.sh.
+# Each ctest runs its tests side by side (-j, one a core: the unit tests and each CLI script take
+# one core and their own temporary folders).
 # MK_CUDA=OFF leaves the CUDA interpreter out of step 1 (the others never build it); without nvcc
 # step 1 is CPU only and says so. The CPU tests are the same either way.
 set -euo pipefail
@@ -20,11 +22,11 @@ if grep -q '^MK_CUDA:BOOL=ON$' build/CMakeCache.txt; then
 else
   cuda="NOT compiled (CPU only)"
 fi
-ctest --test-dir build --output-on-failure
+ctest --test-dir build --output-on-failure -j"$jobs"
 cmake --preset asan-ubsan >/dev/null
 cmake --build --preset asan-ubsan -j"$jobs"
-ctest --preset asan-ubsan
+ctest --preset asan-ubsan -j"$jobs"
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j"$jobs" --target fuzzers
-ctest --preset fuzz
+ctest --preset fuzz -j"$jobs"
 echo "test.sh: passed: release, asan-ubsan, fuzz; the CUDA interpreter: $cuda"
