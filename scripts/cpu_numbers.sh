@@ -58,7 +58,7 @@ echo "schedule file of tiny-llama, 132 SMs (one single-byte flip per byte in tes
 "$BUILD/mkweights" "$WORK/tiny.bin" -o "$WORK/tiny-w" --seed 1 >/dev/null
 emu=
 for ((i = 0; i < REPS; ++i)); do
-  us=$("$BUILD/mkrun" "$WORK/tiny.bin" "$WORK/tiny-w" --backend emulator --tokens 16 | grep -o '[0-9.]* us/token' | grep -o '^[0-9.]*')
+  us=$("$BUILD/mkrun" "$WORK/tiny.bin" "$WORK/tiny-w" --backend emulator --prompt-ids 1 --tokens 16 | grep -o '[0-9.]* us/token' | grep -o '^[0-9.]*')
   if [ -z "$emu" ] || awk -v a="$us" -v b="$emu" 'BEGIN{exit !(a < b)}'; then emu=$us; fi
 done
 echo "emulator tiny-llama, 132 SMs, 16 steps (mkrun's own time): $emu us/token"
@@ -90,7 +90,8 @@ if [ -d "$models" ] && ls "$models"/*/tokenizer.json >/dev/null 2>&1; then
     done
     echo "tokenizer load $name (${vocab:-?} tokens in its vocab, tokenizer.json $(stat -c %s "$dir/tokenizer.json") bytes): wall $lw s, CPU $lc s"
     if [ -n "$own_load$own_encode" ]; then
-      echo "tokenizer $name, mktoken --time: load ${own_load:-?} ms; encode $(stat -c %s "$WORK/text.txt") bytes ${own_encode:-?} ms"
+      awk -v n="$name" -v l="${own_load:-?}" -v e="${own_encode:-?}" -v bytes="$(stat -c %s "$WORK/text.txt")" \
+        'BEGIN { printf "tokenizer %s, mktoken --time: load %s ms; encode %d bytes %s ms (%.0f ms per 100 KB)\n", n, l, bytes, e, e * 1e5 / bytes }'
     fi
     ids=$(tr ',' '\n' <"$WORK/out" | grep -c .)
     awk -v n="$name" -v w="$ew" -v lw="$lw" -v c="$ec" -v lc="$lc" -v ids="$ids" -v bytes="$(stat -c %s "$WORK/text.txt")" \
