@@ -57,8 +57,7 @@ class Parser {
   }
 
   uint32_t add(Type t) {
-    if (d_.nodes_.size() >= 0xffffffffu) error("too many values");
-    d_.nodes_.push_back({t, false, 0, 0});
+    d_.nodes_.emplace_back(t);
     return static_cast<uint32_t>(d_.nodes_.size() - 1);
   }
 
@@ -82,7 +81,7 @@ class Parser {
     if (s_.substr(pos_, word.size()) != word) error("unexpected " + found() + " where a value should be");
     pos_ += word.size();
     const uint32_t n = add(t);
-    d_.nodes_[n].a = v;
+    d_.nodes_[n].set_a(v);
   }
 
   static bool digit(char c) { return c >= '0' && c <= '9'; }
@@ -109,7 +108,7 @@ class Parser {
       while (pos_ < s_.size() && digit(s_[pos_])) ++pos_;
     }
     const uint32_t n = add(Type::number);
-    d_.nodes_[n].a = static_cast<uint32_t>(begin);
+    d_.nodes_[n].set_a(static_cast<uint32_t>(begin));
     d_.nodes_[n].b = static_cast<uint32_t>(pos_ - begin);
   }
 
@@ -161,7 +160,7 @@ class Parser {
     scan_plain();
     const uint32_t n = add(Type::string);
     if (s_[pos_] == '"') {
-      d_.nodes_[n].a = static_cast<uint32_t>(begin);
+      d_.nodes_[n].set_a(static_cast<uint32_t>(begin));
       d_.nodes_[n].b = static_cast<uint32_t>(pos_ - begin);
       ++pos_;
       return;
@@ -202,9 +201,8 @@ class Parser {
       out.append(s_.substr(plain, pos_ - plain));
     }
     ++pos_;  // the closing quote
-    if (out.size() >= 0xffffffffu) error("strings too long");
-    d_.nodes_[n].unescaped = true;
-    d_.nodes_[n].a = static_cast<uint32_t>(start);
+    d_.nodes_[n].set_unescaped();
+    d_.nodes_[n].set_a(static_cast<uint32_t>(start));
     d_.nodes_[n].b = static_cast<uint32_t>(out.size() - start);
   }
 
@@ -213,7 +211,7 @@ class Parser {
   }
 
   void close(uint32_t n, uint32_t count) {
-    d_.nodes_[n].a = static_cast<uint32_t>(d_.nodes_.size());
+    d_.nodes_[n].set_a(static_cast<uint32_t>(d_.nodes_.size()));
     d_.nodes_[n].b = count;
   }
 
@@ -287,7 +285,7 @@ class Parser {
   // No key twice in the object at node n.
   void check_keys(uint32_t n) {
     keys_.clear();
-    for (uint32_t k = n + 1; k < d_.nodes_[n].a; k = d_.skip(k + 1)) keys_.push_back(k);
+    for (uint32_t k = n + 1; k < d_.nodes_[n].a(); k = d_.skip(k + 1)) keys_.push_back(k);
     const size_t members = keys_.size();
     auto key = [&](size_t i) { return d_.view(keys_[i]); };
     if (members <= 16) {
@@ -322,13 +320,13 @@ class Parser {
 };
 
 Document::Document(std::string_view text, int max_depth) : text_(text) {
-  if (text.size() >= 0xffffffffu) throw ParseError("not valid JSON: larger than 4 GB");
+  if (text.size() >= kMaxA) throw ParseError("JSON text larger than " + std::to_string(kMaxA) + " bytes");
   Parser(*this, max_depth).run();
 }
 
 // ---- Value --------------------------------------------------------------------------------------
 
-Type Value::type() const { return doc_->nodes_[node_].type; }
+Type Value::type() const { return doc_->nodes_[node_].type(); }
 
 const char* Value::type_name() const {
   switch (type()) {
@@ -364,10 +362,10 @@ std::string Value::path() const {
   for (uint32_t n = 0; n != node_;) {
     const Document::Node& c = doc_->nodes_[n];
     uint32_t index = 0;
-    for (uint32_t k = n + 1; k < c.a; ++index) {
-      const uint32_t v = c.type == Type::object ? k + 1 : k, next = doc_->skip(v);
+    for (uint32_t k = n + 1; k < c.a(); ++index) {
+      const uint32_t v = c.type() == Type::object ? k + 1 : k, next = doc_->skip(v);
       if (node_ >= v && node_ < next) {
-        if (c.type == Type::object) out.append(out.empty() ? "" : ".").append(doc_->view(k));
+        if (c.type() == Type::object) out.append(out.empty() ? "" : ".").append(doc_->view(k));
         else out.append(1, '[').append(std::to_string(index)).append(1, ']');
         n = v;
         break;
@@ -396,7 +394,7 @@ void Value::expect(Type t) const {
 
 bool Value::as_bool() const {
   expect(Type::boolean);
-  return doc_->nodes_[node_].a != 0;
+  return doc_->nodes_[node_].a() != 0;
 }
 
 std::string_view Value::as_string() const {
@@ -407,7 +405,7 @@ std::string_view Value::as_string() const {
 std::string_view Value::number_text() const {
   expect(Type::number);
   const Document::Node& n = doc_->nodes_[node_];
-  return doc_->text_.substr(n.a, n.b);
+  return doc_->text_.substr(n.a(), n.b);
 }
 
 double Value::as_double() const {
@@ -432,12 +430,12 @@ size_t Value::size() const {
 
 Children<Value> Value::elements() const {
   expect(Type::array);
-  return Children<Value>(doc_, node_ + 1, doc_->nodes_[node_].a);
+  return Children<Value>(doc_, node_ + 1, doc_->nodes_[node_].a());
 }
 
 Children<Member> Value::members() const {
   expect(Type::object);
-  return Children<Member>(doc_, node_ + 1, doc_->nodes_[node_].a);
+  return Children<Member>(doc_, node_ + 1, doc_->nodes_[node_].a());
 }
 
 Value Value::operator[](size_t i) const {
