@@ -4,9 +4,13 @@
 // device. Then one step per launch, and that with every counter wait removed (what the counters
 // cost; results are garbage). The tagged hand-offs' readers still poll their inputs there: a
 // tensor's tagging does not depend on --handoff, which only keeps or drops its counters.
+// --batch B decodes B sequences together (each at the context, in a KV cache of its own: the
+// floor counts every sequence's cache); --prefill P times a P-token prompt in steps of the
+// schedule's max_tokens rows (or --tokens-per-step), as mkrun prefills.
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <memory>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -29,6 +33,62 @@ uint32_t g_stages = 0;  // --stages: the weight ring's depth, 0 for the executor
 std::string g_handoff = "tags";  // --handoff
 schedule::KvSplitPolicy g_kv_splits{schedule::kNone, schedule::kNone};  // --kv-split-positions, --short-positions
 uint32_t g_trace_steps = 1;  // --trace-steps: the traced step is the last of a launch of this many
+uint32_t g_batch = 1;        // --batch: sequences decoded together
+
+// The executor with random weights and caches, for `slots` sequences of `max_context` positions.
+std::unique_ptr<device::CudaExecutor> executor(const schedule::Schedule& s, uint32_t max_context, uint32_t slots) {
+  device::ExecutorOptions eo;
+  eo.max_context = max_context;
+  eo.slots = slots;
+  eo.ring_stages = g_stages;
+  eo.tagged_handoff = g_handoff == "tags";
+  eo.kv_splits = g_kv_splits;
+  auto exec = std::make_unique<device::CudaExecutor>(s, eo);
+  for (uint32_t t = 0; t < s.tensors.size(); ++t) {
+    const schedule::Tensor& tensor = s.tensors[t];
+    if (tensor.role == schedule::Role::weight) {
+      const bool norm = tensor.shape.size() == 1;
+      exec->fill_random(t, t + 1, norm ? 0.1f : 1.0f / std::sqrt(float(tensor.shape.back())));
+    } else if (tensor.role == schedule::Role::kv_cache) {
+      exec->fill_random(t, t + 1, 1.0f);
+    }
+  }
+  return exec;
+}
+
+// Per step of `reps` launches of kDecodeChunk steps, g_batch sequences each at position
+// context - 1 on, in us.
+std::vector<double> run_batch(const schedule::Schedule& s, uint32_t context, uint32_t reps) {
+  auto exec = executor(s, context + device::kDecodeChunk, g_batch);
+  device::StepRun run{{}, device::kDecodeChunk, 1};
+  for (uint32_t i = 0; i < g_batch; ++i) {
+    const int32_t token = static_cast<int32_t>(17 + i);
+    exec->set_tokens(i, context - 1, &token, 1);
+    run.segments.push_back({i, context - 1, 1, i, context});
+  }
+  std::vector<double> us;
+  for (uint32_t i = 0; i < reps + 3; ++i) {
+    const double t = exec->timed_run(run) * 1e3 / device::kDecodeChunk;
+    if (i >= 3) us.push_back(t);
+  }
+  return us;
+}
+
+// A prompt of `prompt` tokens prefilled `rows` a step from position 0: us of `reps` runs.
+std::vector<double> run_prefill(const schedule::Schedule& s, uint32_t prompt, uint32_t rows, uint32_t reps) {
+  auto exec = executor(s, prompt + 1, 1);
+  std::vector<int32_t> ids(prompt);
+  for (uint32_t i = 0; i < prompt; ++i) ids[i] = static_cast<int32_t>(i * 7 % 1000);
+  exec->set_tokens(0, 0, ids.data(), prompt);
+  std::vector<double> us;
+  for (uint32_t i = 0; i < reps + 2; ++i) {
+    double ms = 0;
+    if (prompt / rows) ms += exec->timed_run({{{0, 0, rows, 0, prompt}}, prompt / rows, rows});
+    if (prompt % rows) ms += exec->timed_run({{{0, prompt / rows * rows, prompt % rows, 0, prompt}}, 1, rows});
+    if (i >= 2) us.push_back(ms * 1e3);
+  }
+  return us;
+}
 
 // Step times in us: with `steps` 1, of `reps` single launches at position context - 1; else
 // per step of `reps` launches of `steps` steps from context - 1 on, each fed the one before's token.
@@ -97,14 +157,43 @@ int main(int argc, char** argv) {
   app.add_option("--short-positions", g_kv_splits.short_positions,
                  "short steps (one split, doing attn_reduce's work) up to this position (0: none; default: the "
                  "schedule's, from the model's config short_positions)");
+  uint32_t prefill = 0, per_step = 0;
+  app.add_option("--batch", g_batch, "decode this many sequences together, each at --context (at most the schedule's max_tokens)")
+      ->check(CLI::Range(1u, 4096u))
+      ->capture_default_str();
+  app.add_option("--prefill", prefill, "also time a prompt of this many tokens, prefilled --tokens-per-step rows a step");
+  app.add_option("--tokens-per-step", per_step, "rows a prefill step (default: the schedule's max_tokens)");
   CLI11_PARSE(app, argc, argv);
   try {
     const schedule::Schedule s = schedule::read_file(path);
     double weight_bytes = 0, kv_bytes = 0;
     for (const schedule::Tensor& t : s.tensors) {
       if (t.role == schedule::Role::weight) weight_bytes += t.elements() * 2.0;
-      // attention reads every cached position of k and v once
-      if (t.role == schedule::Role::kv_cache) kv_bytes += t.elements() * 2.0 * context;
+      // attention reads every cached position of k and v once, of every sequence
+      if (t.role == schedule::Role::kv_cache) kv_bytes += t.elements() * 2.0 * context * g_batch;
+    }
+    if (g_batch > s.max_tokens)
+      throw std::invalid_argument("--batch " + std::to_string(g_batch) + " is more than the schedule's max_tokens (" +
+                                  std::to_string(s.max_tokens) + "); plan with mkplan --max-tokens " + std::to_string(g_batch));
+    if (prefill) {
+      const uint32_t rows = per_step ? per_step : s.max_tokens;
+      if (rows > s.max_tokens) throw std::invalid_argument("--tokens-per-step is more than the schedule's max_tokens");
+      const double us = median(run_prefill(s, prefill, rows, std::max(3u, reps / 6)));
+      std::cout.precision(4);
+      std::cout << path << ": prefill of a " << prefill << "-token prompt, " << rows << " rows a step: " << us / 1e3
+                << " ms (median), " << prefill / us * 1e6 << " tokens/s; weights " << weight_bytes / 1e9 << " GB read "
+                << (prefill + rows - 1) / rows << " times\n";
+    }
+    if (g_batch > 1) {
+      const double floor_us = (weight_bytes + kv_bytes) / schedule::kStreamBytesPerUs;
+      const double step = median(run_batch(s, context, reps));
+      std::cout.precision(4);
+      std::cout << path << " at context " << context << ", " << g_batch << " sequences a step: weights " << weight_bytes / 1e9
+                << " GB + KV " << kv_bytes / 1e9 << " GB, floor " << floor_us << " us\n"
+                << "  step (median of " << reps << ", " << device::kDecodeChunk << " steps a launch): " << step << " us = "
+                << floor_us / step * 100 << " % of the floor; " << 1e6 / step << " tokens/s per sequence, "
+                << g_batch * 1e6 / step << " in all\n";
+      return 0;
     }
     const double floor_us = (weight_bytes + kv_bytes) / schedule::kStreamBytesPerUs;
     schedule::Schedule as_run = s;  // the prediction under the policy the runs use (--kv-split-positions, ...)

@@ -13,7 +13,17 @@
 
 namespace mk::device {
 
+// Rows a step may have on the CUDA interpreter (a schedule's max_tokens), and the sequences one
+// launch may hold (its segments, passed with the launch).
+inline constexpr uint32_t kMaxCudaRows = 128;
+inline constexpr uint32_t kMaxLaunchSegments = 64;
+
 inline void check_cuda_limits(const schedule::Schedule& s) {
+  if (s.max_tokens > kMaxCudaRows)
+    throw std::runtime_error("the CUDA interpreter runs at most " + std::to_string(kMaxCudaRows) +
+                             " tokens a step; this schedule was planned for " + std::to_string(s.max_tokens) +
+                             " (plan with mkplan --max-tokens " + std::to_string(kMaxCudaRows) +
+                             " or less, or run it with --backend emulator)");
   for (const schedule::Instruction& inst : s.instructions) {
     if (inst.opcode != static_cast<uint16_t>(schedule::Opcode::attention)) continue;
     const auto& a = schedule::payload_as<schedule::AttentionPayload>(inst);

@@ -71,7 +71,7 @@ class EmulatorBackend : public Backend {
         last = std::max(last, segments[j].start + segments[j].rows - 1);
       }
       const schedule::StepContext ctx{last, opt_.max_context, ++generation_, run.rows(), kv_split_policy(s_, opt_.kv_splits),
-                                      static_cast<uint32_t>(segments.size()), segments.data(), history_.data(),
+                                      static_cast<uint32_t>(segments.size()), 0, segments.data(), history_.data(),
                                       nullptr};  // the emulator's own counters
       emulator_.run_step(ctx, {pointers_.data(), static_cast<uint32_t>(pointers_.size())}, opt_.order, opt_.seed + last);
     }
@@ -171,37 +171,6 @@ std::unique_ptr<Backend> make_emulator_backend(const schedule::Schedule& s, cons
   return std::make_unique<EmulatorBackend>(s, c, o);
 }
 
-uint32_t StepRun::rows() const {
-  uint32_t n = 0;
-  for (const schedule::StepSegment& g : segments) n += g.rows;
-  return n;
-}
-
-StepRun StepRun::decode(uint32_t first, uint32_t count, uint32_t fed_from) {
-  return StepRun{{schedule::StepSegment{0, first, 1, 0, fed_from}}, count, 1};
-}
-
-void check_step_run(const schedule::Schedule& s, const StepRun& run, uint32_t slots, uint32_t max_context) {
-  if (run.segments.empty()) throw std::invalid_argument("a step needs at least one sequence");
-  std::vector<bool> used(slots, false);
-  uint64_t rows = 0;
-  for (const schedule::StepSegment& g : run.segments) {
-    if (g.rows == 0) throw std::invalid_argument("a step holds an empty run of positions");
-    if (g.slot >= slots)
-      throw std::invalid_argument("sequence slot " + std::to_string(g.slot) + " is outside the backend's " +
-                                  std::to_string(slots) + (slots == 1 ? " slot" : " slots"));
-    if (used[g.slot]) throw std::invalid_argument("slot " + std::to_string(g.slot) + " appears twice in one step");
-    used[g.slot] = true;
-    if (g.row_begin != rows) throw std::invalid_argument("a step's runs of positions must follow each other (row_begin)");
-    rows += g.rows;
-    const uint64_t last = g.start + uint64_t{run.steps ? run.steps - 1 : 0} * run.advance + g.rows - 1;
-    if (last >= max_context)
-      throw std::invalid_argument("position " + std::to_string(last) + " is beyond the KV cache (" + std::to_string(max_context) + ")");
-  }
-  if (rows > s.max_tokens)
-    throw std::invalid_argument("a step of " + std::to_string(rows) + " tokens is more than the schedule's max_tokens (" +
-                                std::to_string(s.max_tokens) + "); plan with mkplan --max-tokens " + std::to_string(rows));
-}
 
 void write_npy(const std::string& path, const std::vector<std::vector<float>>& rows) {
   io::OutputFile f(path);

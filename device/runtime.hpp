@@ -10,6 +10,7 @@
 
 #include "common/output_file.hpp"
 #include "device/emulator.hpp"
+#include "device/step_run.hpp"
 #include "device/trace.hpp"
 #include "device/weights.hpp"
 #include "schedules/schedule.hpp"
@@ -24,24 +25,6 @@ struct RuntimeOptions {
   double watchdog_seconds = 1.0;              // CUDA: a wait longer than this stops the run with a report
   schedule::KvSplitPolicy kv_splits{schedule::kNone, schedule::kNone};  // StepContext::kv_splits; kNone: the schedule's
 };
-
-// Steps run together (one launch on the GPU): `steps` steps of the same segments, each
-// segment's start advancing by `advance` positions from one step to the next (1: decoding, each
-// step fed the token the one before wrote; a chunk's rows: a prompt's chunks one after another).
-// Segments are in row order (row_begin: the rows before them), one per slot at most.
-struct StepRun {
-  std::vector<schedule::StepSegment> segments;  // as at the first step
-  uint32_t steps = 1;
-  uint32_t advance = 1;
-  uint32_t rows() const;  // of each step
-
-  // One sequence (slot 0): positions [first, first + count), one a step, as decoding runs them.
-  static StepRun decode(uint32_t first, uint32_t count, uint32_t fed_from);
-};
-// Refuses (std::invalid_argument, one line) a run this schedule and backend cannot take: no
-// segment, an empty one, rows above the schedule's max_tokens, a slot outside [0, slots) or twice,
-// row_begin not the rows before, a position past max_context at the run's last step.
-void check_step_run(const schedule::Schedule&, const StepRun&, uint32_t slots, uint32_t max_context);
 
 // A backend keeps a token history per slot on its side: a row of slot q at position p decodes
 // history[q][p], and can write its greedy token to history[q][p + 1], so that decode steps

@@ -158,6 +158,7 @@ struct StepContext {
   uint32_t rows;         // tokens in this step, >= 1
   KvSplitPolicy kv_splits;
   uint32_t segment_count;
+  uint32_t shift;               // added to every segment's start (a launch's later steps share its table)
   const StepSegment* segments;  // [segment_count]
   int32_t* history;             // [slots][max_context + 1]
   uint32_t* counters;  // [counter_count] the executing side's counters: an op whose tasks combine
@@ -174,13 +175,16 @@ MK_HD inline const StepSegment& row_segment(const StepContext& c, uint32_t r) {
   }
   return c.segments[lo];
 }
-MK_HD inline uint32_t row_position(const StepSegment& g, uint32_t r) { return g.start + (r - g.row_begin); }
+MK_HD inline uint32_t segment_start(const StepContext& c, const StepSegment& g) { return g.start + c.shift; }
+MK_HD inline uint32_t row_position(const StepContext& c, const StepSegment& g, uint32_t r) {
+  return g.start + c.shift + (r - g.row_begin);
+}
 MK_HD inline int32_t* history_at(const StepContext& c, uint32_t slot, uint32_t pos) {
   return c.history + uint64_t{slot} * (uint64_t{c.max_context} + 1) + pos;
 }
 // Where row r's token goes, or null (a prompt row before the prompt's last one).
 MK_HD inline int32_t* next_token_of(const StepContext& c, const StepSegment& g, uint32_t r) {
-  const uint32_t q = row_position(g, r);
+  const uint32_t q = row_position(c, g, r);
   return q + 1 >= g.fed_from ? history_at(c, g.slot, q + 1) : nullptr;
 }
 

@@ -67,6 +67,10 @@ if [ -n "${STAGES:-}" ]; then  # what the weight ring's depth buys, on the sched
     done
   done
 fi
+if [ "${ROWS:-1}" != 0 ]; then  # steps of many tokens: prefill beside transformers, sequences decoded together
+  step "prefill and batches (bench/rows.sh)"
+  bounded 420 bash bench/rows.sh "$BIN" "$LOG" || status=1
+fi
 if [ "${QUICK:-0}" = 1 ]; then
   step "result"
   [ $status = 0 ] && echo "all GPU checks passed" || echo "SOME GPU CHECKS FAILED"

@@ -339,7 +339,7 @@ check_interactive() {
   run "$MKRUN" s.bin w "${EMU[@]}" -i --tokens 0
   clean_error mkrun "--tokens of at least 1"
   run "$MKRUN" s.bin w "${EMU[@]}" --chat
-  clean_error mkrun "--chat needs --prompt or --prompt-file \(or --interactive\)"
+  clean_error mkrun "--chat needs --prompt or --prompt-file \(or --interactive, --batch\)"
   finish "mkrun --interactive refuses --json, --prompt-ids and --tokens 0; --chat alone names --interactive"
 }
 

@@ -17,6 +17,7 @@
 
 #include "device/runtime.hpp"
 #include "schedules/ops/sample.hpp"
+#include "tools/mkrun_batch.hpp"
 #include "tools/mkrun_chat.hpp"
 #include "tools/mkrun_text.hpp"
 
@@ -27,24 +28,33 @@ int main(int argc, char** argv) {
       app, {.tool = "mkrun",
             .usage = {"SCHEDULE CHECKPOINT [--prompt-ids IDS] [--tokens N] [OPTIONS]",
                       "SCHEDULE CHECKPOINT --prompt TEXT | --prompt-file FILE [--chat [--system TEXT]] [OPTIONS]",
-                      "SCHEDULE CHECKPOINT --interactive [--prompt FIRST] [--system TEXT] [OPTIONS]"},
+                      "SCHEDULE CHECKPOINT --interactive [--prompt FIRST] [--system TEXT] [OPTIONS]",
+                      "SCHEDULE CHECKPOINT --batch FILE [--chat] [--json] [OPTIONS]"},
             .description =
-                "Run a schedule planned by mkplan on a Hugging Face style checkpoint: prefill the prompt as decode\n"
-                "steps, then decode greedily (or sample: --temperature); print the token ids and the time per\n"
-                "token. The CPU emulator runs where there is no GPU. Without a prompt, decoding starts from token\n"
-                "id 1 (said on stderr).\n"
+                "Run a schedule planned by mkplan on a Hugging Face style checkpoint: prefill the prompt, as many\n"
+                "positions a step as the schedule was planned for (mkplan --max-tokens; one by default), then\n"
+                "decode greedily (or sample: --temperature); print the token ids and the time per token. The CPU\n"
+                "emulator runs where there is no GPU. Without a prompt, decoding starts from token id 1 (said on\n"
+                "stderr).\n"
                 "With --prompt, --prompt-file or --chat the text goes through the checkpoint's tokenizer.json, the\n"
                 "generated text streams to stdout (timings on stderr), and generation stops at the model's\n"
                 "eos_token_id (generation_config.json, else config.json) unless --ignore-eos.\n"
                 "With --interactive it holds a conversation: one user message a line of stdin (the first may come\n"
                 "from --prompt), each reply streamed, earlier turns kept in the KV cache; the end of input ends it.\n"
                 "Outputs (--dump-logits, --trace) never overwrite an input (the schedule, the checkpoint's files)\n"
-                "unless --force.",
+                "unless --force.\n"
+                "With --batch FILE it generates for every prompt of FILE at once (one a line, or a JSON list of texts,\n"
+                "id lists or {\"prompt\"|\"ids\", \"tokens\"}; - reads stdin), each sequence in a KV cache of its own,\n"
+                "decoding together and each stopping at its own end: as many prompts as the schedule's max_tokens.\n"
+                "The results print in order when all are done (--json: one object a line; --dump-logits F: each\n"
+                "sequence's logits to F with its index before .npy).",
             .examples = {{"s.bin weights/ --prompt-ids 128000,791,1888 --tokens 64",
                           "decode 64 tokens after three prompt ids; print the ids and us/token"},
                          {"s.bin Llama-3.2-1B-Instruct/ --chat --prompt \"Write a haiku about GPUs\" --tokens 200",
                           "a chat reply, streamed as text"},
                          {"s.bin Llama-3.2-1B-Instruct/ -i --system \"Be brief.\"", "a conversation, a message a line of stdin"},
+                         {"s64.bin Llama-3.2-1B-Instruct/ --batch prompts.txt --chat --json",
+                          "every line of prompts.txt answered at once (s64.bin: mkplan --max-tokens 64)"},
                          {"s.bin weights/ --backend emulator --tokens 4 --trace step",
                           "trace the last step on the CPU emulator into step.json and step.svg"}},
             .version_note = "reads schedule formats " + std::to_string(mk::schedule::kOldestReadVersion) + " to " +
@@ -103,6 +113,11 @@ int main(int argc, char** argv) {
                  "compute-sanitizer)")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 86400.0));
+  std::string batch;
+  auto* batch_opt = app.add_option("--batch", batch,
+                                   "generate for every prompt of FILE at once: one a line, or a JSON list (- : stdin)")
+                        ->type_name("FILE");
+  batch_opt->excludes(ids_opt)->excludes(text_opt)->excludes(file_opt);
   app.add_flag("--force", force, mk::tools::kForceHelp);
   if (const auto code = mk::tools::parse(app, argc, argv, "mkrun")) return *code;
 
@@ -116,17 +131,46 @@ int main(int argc, char** argv) {
       if (!max_context) max_context = mk::tools::kConversationContext;
       chat = true;
     }
-    const bool text_mode = text_opt->count() || file_opt->count() || chat;
+    const bool batch_mode = batch_opt->count() > 0;
+    if (batch_mode) {
+      if (interactive) throw std::invalid_argument("--batch and --interactive do not go together");
+      if (!trace.empty()) throw std::invalid_argument("--batch does not take --trace");
+      if (tokens == 0) throw std::invalid_argument("--batch needs --tokens of at least 1");
+    }
+    const bool text_mode = !batch_mode && (text_opt->count() || file_opt->count() || chat);
     if (!system.empty() && !chat) throw std::invalid_argument("--system needs --chat");
     if (chat && ids_opt->count()) throw std::invalid_argument("--chat takes --prompt or --prompt-file, not --prompt-ids");
-    if (chat && !interactive && !text_opt->count() && !file_opt->count())
-      throw std::invalid_argument("--chat needs --prompt or --prompt-file (or --interactive)");
+    if (chat && !interactive && !batch_mode && !text_opt->count() && !file_opt->count())
+      throw std::invalid_argument("--chat needs --prompt or --prompt-file (or --interactive, --batch)");
     const std::filesystem::path checkpoint_folder = mk::tools::checkpoint_folder(weights_path);
     std::optional<mk::tok::Tokenizer> tokenizer;
     std::set<int32_t> stop_ids;
     std::vector<int32_t> ids;
     mk::tools::ConversationOptions conversation;
-    if (text_mode) {
+    mk::tools::BatchRun batch_run;
+    std::vector<std::vector<int32_t>> batch_ids;
+    if (batch_mode) {
+      batch_run.prompts = mk::tools::read_batch(batch);
+      batch_run.tokens = tokens;
+      batch_run.chat = chat;
+      if (!system.empty()) batch_run.system = system;
+      bool any_text = chat;
+      for (const mk::tools::BatchPrompt& b : batch_run.prompts) any_text = any_text || b.text.has_value();
+      if (any_text) {  // text in, text out: the tokenizer, the end tokens
+        tokenizer = mk::tok::Tokenizer::load(tokenizer_dir.empty() ? checkpoint_folder : std::filesystem::path(tokenizer_dir));
+        batch_run.tokenizer = &*tokenizer;
+        if (chat) {
+          const std::vector<int32_t> end = mk::tok::chat_end_ids(*tokenizer);
+          stop_ids.insert(end.begin(), end.end());
+        }
+        std::set<int32_t> eos = mk::tools::eos_ids(checkpoint_folder);
+        if (eos.empty() && tokenizer->eos_id()) eos.insert(*tokenizer->eos_id());
+        stop_ids.insert(eos.begin(), eos.end());
+        if (ignore_eos) stop_ids.clear();
+        batch_run.stop_ids = stop_ids;
+      }
+      batch_ids = mk::tools::batch_ids(batch_run);
+    } else if (text_mode) {
       const std::filesystem::path folder = tokenizer_dir.empty() ? checkpoint_folder : std::filesystem::path(tokenizer_dir);
       tokenizer = mk::tok::Tokenizer::load(folder);
       const std::string input = file_opt->count() ? mk::tools::read_text_file(text_file) : text;
@@ -152,7 +196,7 @@ int main(int argc, char** argv) {
       conversation.stop_ids = stop_ids;
     } else if (ids_opt->count()) {
       ids = mk::tools::parse_ids(prompt, "--prompt-ids", "128000,791,1888");
-    } else {
+    } else if (!batch_mode) {
       ids = {1};  // said on stderr once the run starts
     }
     // No output may replace an input (unless --force): the schedule, the checkpoint's files, the
@@ -163,13 +207,20 @@ int main(int argc, char** argv) {
     if (!tokenizer_dir.empty())
       for (const auto& f : mk::tools::checkpoint_files(tokenizer_dir)) inputs.push_back({"the tokenizer's", f});
     if (file_opt->count()) inputs.push_back({"the prompt file", text_file});
-    mk::io::check_outputs({{"--dump-logits", dump},
-                           {"--trace", trace.empty() ? "" : trace + ".json"},
-                           {"--trace", trace.empty() ? "" : trace + ".svg"}},
-                          inputs, force);
+    if (batch_mode && batch != "-") inputs.push_back({"the batch file", batch});
+    // With --batch, sequence i's logits go to the --dump-logits path with ".i" before its extension.
+    auto batch_dump = [&](size_t i) {
+      const std::filesystem::path p(dump);
+      return (p.parent_path() / (p.stem().string() + "." + std::to_string(i) + p.extension().string())).string();
+    };
+    std::vector<mk::io::NamedPath> outputs = {{"--dump-logits", batch_mode ? "" : dump},
+                                              {"--trace", trace.empty() ? "" : trace + ".json"},
+                                              {"--trace", trace.empty() ? "" : trace + ".svg"}};
+    for (size_t i = 0; batch_mode && !dump.empty() && i < batch_ids.size(); ++i) outputs.push_back({"--dump-logits", batch_dump(i)});
+    mk::io::check_outputs(outputs, inputs, force);
     // Outputs are opened now: a bad path fails before the run, and an old file stays until the end.
     std::optional<mk::io::OutputFile> dump_file, trace_json, trace_svg;
-    if (!dump.empty()) dump_file.emplace(dump);
+    if (!dump.empty() && !batch_mode) dump_file.emplace(dump);
     if (!trace.empty()) trace_json.emplace(trace + ".json"), trace_svg.emplace(trace + ".svg");
     mk::schedule::Schedule schedule = mk::schedule::read_file(schedule_path);
     sampling.seed = seed;
@@ -181,9 +232,12 @@ int main(int argc, char** argv) {
     const mk::device::Checkpoint ckpt = mk::device::Checkpoint::open(weights_path);
     mk::device::check_weights(schedule, ckpt);
     mk::device::RuntimeOptions opt;
-    const uint64_t steps = ids.size() + (tokens ? uint64_t{tokens} - 1 : 0);
+    uint64_t steps = ids.size() + (tokens ? uint64_t{tokens} - 1 : 0);
+    for (size_t i = 0; i < batch_ids.size(); ++i)  // each sequence's positions: the longest sets the context
+      steps = std::max<uint64_t>(steps, batch_ids[i].size() + uint64_t{mk::tools::batch_tokens(batch_run, i)} - 1);
     if (!max_context && steps > (1u << 24)) throw std::invalid_argument("--tokens is too large");
     opt.max_context = max_context ? max_context : static_cast<uint32_t>(steps);
+    if (batch_mode) opt.slots = static_cast<uint32_t>(batch_ids.size());
     mk::tools::check_planned_config(schedule, checkpoint_folder, opt.max_context);
     opt.order = order == "shuffled" ? mk::device::Order::shuffled : mk::device::Order::deterministic;
     opt.seed = seed;
@@ -198,6 +252,25 @@ int main(int argc, char** argv) {
     if (!backend) backend = mk::device::make_emulator_backend(schedule, ckpt, opt);
     if (interactive) {
       mk::tools::run_conversation(*backend, schedule, *tokenizer, conversation, opt.max_context, std::cin, std::cout, std::cerr);
+      return 0;
+    }
+    if (batch_mode) {
+      std::vector<mk::device::SequenceOptions> seqs(batch_ids.size());
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        seqs[i].prompt = batch_ids[i];
+        seqs[i].tokens = mk::tools::batch_tokens(batch_run, i);
+        if (!stop_ids.empty()) seqs[i].stop = [&](int32_t t) { return stop_ids.count(t) != 0; };
+      }
+      const auto start = std::chrono::steady_clock::now();
+      const std::vector<mk::device::GenerateResult> r =
+          mk::device::generate_batch(*backend, schedule, seqs, {!dump.empty(), 0}, opt.max_context);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      mk::tools::print_batch(batch_run, batch_ids, r, backend->name(), seconds, as_json, std::cout, std::cerr);
+      for (size_t i = 0; i < r.size() && !dump.empty(); ++i) {
+        mk::device::write_npy(batch_dump(i), r[i].logits);
+        std::cerr << "wrote " << batch_dump(i) << ": [" << r[i].logits.size() << ", "
+                  << (r[i].logits.empty() ? 0 : r[i].logits[0].size()) << "] float32\n";
+      }
       return 0;
     }
 

@@ -7,22 +7,27 @@
 namespace mk::device {
 namespace {
 
-// Refuses a context whose KV caches and activations do not fit beside the weights in the GPU's
-// free memory, saying how much they need, before anything is allocated.
-const schedule::Schedule& fits_gpu_memory(const schedule::Schedule& s, uint32_t max_context) {
+// Refuses KV caches and activations that do not fit beside the weights in the GPU's free
+// memory, saying how much they need, before anything is allocated.
+const schedule::Schedule& fits_gpu_memory(const schedule::Schedule& s, const RuntimeOptions& opt) {
   const uint64_t free = cuda_free_memory();
   if (free == 0) return s;  // unknown: the allocations report what fails
   uint64_t weights = 0;
   for (const schedule::Tensor& t : s.tensors)
     if (t.role == schedule::Role::weight) weights += t.elements() * schedule::dtype_bytes(t.dtype);
-  check_context_memory(s, max_context, free > weights ? free - weights : 0, "GPU memory");
+  check_context_memory(s, opt.max_context, free > weights ? free - weights : 0, "GPU memory", opt.slots);
   return s;
 }
 
 class CudaBackend : public Backend {
  public:
   CudaBackend(const schedule::Schedule& s, const Checkpoint& ckpt, const RuntimeOptions& opt)
-      : s_(s), exec_(fits_gpu_memory(s, opt.max_context), ExecutorOptions{.max_context = opt.max_context, .watchdog_seconds = opt.watchdog_seconds, .kv_splits = opt.kv_splits}) {
+      : s_(s),
+        slots_(opt.slots),
+        exec_(fits_gpu_memory(s, opt), ExecutorOptions{.max_context = opt.max_context,
+                                                       .slots = opt.slots,
+                                                       .watchdog_seconds = opt.watchdog_seconds,
+                                                       .kv_splits = opt.kv_splits}) {
     check_weights(s, ckpt);  // before anything is uploaded
     for (uint32_t i = 0; i < s.tensors.size(); ++i)
       if (s.tensors[i].role == schedule::Role::weight) {
@@ -32,21 +37,24 @@ class CudaBackend : public Backend {
   }
 
   std::string name() const override { return "cuda"; }
-  void set_tokens(uint32_t first, const std::vector<int32_t>& ids) override {
-    exec_.set_tokens(first, ids.data(), static_cast<uint32_t>(ids.size()));
+  uint32_t slots() const override { return slots_; }
+  void set_history(uint32_t slot, uint32_t first, const std::vector<int32_t>& ids) override {
+    exec_.set_tokens(slot, first, ids.data(), static_cast<uint32_t>(ids.size()));
   }
 
-  void run(uint32_t first, uint32_t count, uint32_t fed_from) override {
-    exec_.launch(first, count, fed_from);
-  }
+  void run_steps(const StepRun& run) override { exec_.launch(run); }
 
-  std::vector<int32_t> history(uint32_t begin, uint32_t end) override { return exec_.tokens(begin, end); }
+  std::vector<int32_t> read_history(uint32_t slot, uint32_t begin, uint32_t end) override {
+    return exec_.tokens(slot, begin, end);
+  }
   bool queues_runs() const override { return true; }  // launches return at once; tokens() waits for its own
 
-  std::vector<float> logits() override {
+  std::vector<float> logits_rows(uint32_t row, uint32_t rows) override {
     exec_.finish();  // every launch ended, and checked: a watchdog report is thrown, not read past
-    std::vector<float> out(s_.tensors[s_.logits_tensor].elements());
-    exec_.download(s_.logits_tensor, out.data(), out.size() * sizeof(float));
+    const size_t vocab = s_.tensors[s_.logits_tensor].elements();
+    if (uint64_t{row} + rows > s_.max_tokens) throw std::invalid_argument("logits: rows beyond the schedule's max_tokens");
+    std::vector<float> out(size_t{rows} * vocab);
+    exec_.download(s_.logits_tensor, out.data(), out.size() * sizeof(float), size_t{row} * vocab * sizeof(float));
     return out;
   }
 
@@ -55,6 +63,7 @@ class CudaBackend : public Backend {
 
  private:
   const schedule::Schedule& s_;
+  uint32_t slots_;
   CudaExecutor exec_;
 };
 

@@ -44,23 +44,28 @@ struct KernelParams {
   // on an SM once it reaches sm_count * g (a launch's first step finds it there already).
   uint32_t* steps_done;
   TensorTable tensors;
-  schedule::StepContext ctx;  // of the launch's first step
-  uint32_t steps;             // steps in this launch, at positions ctx.pos, ctx.pos + 1, ...
-  uint32_t fed_from;          // the step at position q writes its token to history[q + 1] when q + 1 >= fed_from
-  int32_t* history;           // the token history: position q decodes history[q]
+  schedule::StepContext ctx;  // of the launch's first step (its segments: `segments`, below)
+  uint32_t steps;             // steps in this launch
+  uint32_t advance;           // every segment's start moves this many positions from one step to the next
+  int32_t* history;           // the token histories [slots][max_context + 1] (format.hpp, StepContext)
+  uint32_t shared_bytes;      // dynamic shared memory: the ring and the scratch (all scratch at a step of several rows)
+  schedule::StepSegment segments[kMaxLaunchSegments];  // at the first step; ctx.segments points here
   ErrorRecord* error;
   uint64_t timeout_ns;
   uint32_t ring_stages;
   uint64_t* trace;  // optional: per instruction kTraceSlots globaltimer values of the launch's last step (device/trace.hpp)
 };
 
-// Step s of the launch: its position, its counters' generation, its token and where its own goes.
+// Step s of the launch: its positions (the launch's segments shifted), its counters' generation.
+// The segments stay in the launch's parameters (a grid constant: no copy, read through the
+// constant cache by every SM and by the producer running a step ahead).
 __device__ __forceinline__ schedule::StepContext step_context(const KernelParams& p, uint32_t s) {
   schedule::StepContext c = p.ctx;
-  c.pos += s;
+  c.shift = s * p.advance;
+  c.pos += c.shift;
   c.generation += s;
-  c.tokens = p.history + c.pos;
-  c.next_tokens = c.pos + 1 >= p.fed_from ? p.history + c.pos + 1 : nullptr;
+  c.segments = p.segments;
+  c.history = p.history;
   return c;
 }
 
@@ -137,15 +142,7 @@ __device__ bool counter_wait(const KernelParams& p, const schedule::Instruction&
 __device__ __noinline__ void prefetch_body_weights(const schedule::Instruction* inst, void* const* tensors, uint32_t pos) {
   const TensorTable mem{tensors};
   const uint32_t thread = threadIdx.x - 64, threads = kThreads - 64;
-  switch (static_cast<schedule::Opcode>(inst->opcode)) {
-#define MK_OP(name, code, payload)                                                       \
-  case schedule::Opcode::name:                                                           \
-    gpu_prefetch(schedule::payload_as<schedule::payload>(*inst), pos, mem, thread, threads); \
-    break;
-#include "schedules/op_table.def"
-#undef MK_OP
-    default: break;
-  }
+  schedule::visit_payload(*inst, [&](const auto& payload) { gpu_prefetch(payload, pos, mem, thread, threads); });
 }
 
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
@@ -187,17 +184,15 @@ __device__ void counter_signal(const KernelParams& p, const schedule::Instructio
   }
 }
 
+// kRows: a launch of several rows a step, each op's gpu_rows (its own loads into all of shared
+// memory); else each op's gpu_run. Two instances of the kernel, so that the rows' bodies take no
+// part in the one-row kernel's register allocation (in one kernel, the one-row loop's spills
+// went from 8 to 72 bytes and the matvec body's from 0 to 136).
+template <bool kRows>
 __device__ void execute(const schedule::Instruction& inst, const schedule::StepContext& ctx, const TensorTable& mem,
                         BlockContext& bc) {
-  switch (static_cast<schedule::Opcode>(inst.opcode)) {
-#define MK_OP(name, code, payload)                                        \
-  case schedule::Opcode::name:                                            \
-    gpu_run(schedule::payload_as<schedule::payload>(inst), ctx, mem, bc); \
-    break;
-#include "schedules/op_table.def"
-#undef MK_OP
-    default: break;
-  }
+  if constexpr (kRows) schedule::visit_payload(inst, [&](const auto& payload) { gpu_rows(payload, ctx, mem, bc.scratch, bc.scratch_bytes); });
+  else schedule::visit_payload(inst, [&](const auto& payload) { gpu_run(payload, ctx, mem, bc); });
 }
 
 // The producer warp's loop: the weight tiles of every instruction of this SM, in queue order,
@@ -211,6 +206,9 @@ __device__ void execute(const schedule::Instruction& inst, const schedule::StepC
 // have left (`gone`): they leave at their next wait that is not met, and until then an op in its
 // middle still waits for its tiles. (Stopping at the abort left such an op waiting for ever: a
 // wait timing out on one SM while the others streamed their LM head hung the launch.)
+//
+// (A launch of several rows a step streams nothing: its op bodies load what they read themselves,
+// into all of shared memory, BlockContext; the kernel's rows instance has no producer.)
 __device__ void produce_weights(const KernelParams& p, WeightRing ring, const volatile uint32_t* step_open,
                                 const volatile uint32_t* gone) {
   const uint32_t begin = p.sm_offsets[blockIdx.x], end = p.sm_offsets[blockIdx.x + 1];
@@ -249,17 +247,8 @@ __device__ void produce_weights(const KernelParams& p, WeightRing ring, const vo
   for (uint32_t s = 0; s < p.steps; ++s) {
     for (uint32_t i = begin; i < end; ++i) {
       const schedule::StepContext ctx = step_context(p, s);  // made here: held across the loop, it spilled
-      const schedule::Instruction& inst = p.instructions[i];
       bool ok = true;
-      switch (static_cast<schedule::Opcode>(inst.opcode)) {
-#define MK_OP(name, code, payload)                                                            \
-  case schedule::Opcode::name:                                                                \
-    ok = stream(gpu_tiles(schedule::payload_as<schedule::payload>(inst), ctx, p.tensors), s); \
-    break;
-#include "schedules/op_table.def"
-#undef MK_OP
-        default: break;
-      }
+      schedule::visit_payload(p.instructions[i], [&](const auto& payload) { ok = stream(gpu_tiles(payload, ctx, p.tensors), s); });
       if (!ok) return;
     }
   }
@@ -270,7 +259,8 @@ __device__ __forceinline__ void leave(uint32_t* gone) {
   if (threadIdx.x == 0) atomicExch(gone, 1u);  // atomic against the producer's read, as WeightRing::quiet
 }
 
-__global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const KernelParams p) {
+template <bool kRows>
+__global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const __grid_constant__ KernelParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ schedule::Instruction inst;
   __shared__ bool go;
@@ -294,10 +284,13 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
   __syncthreads();
   WeightRing ring{smem, p.ring_stages, full, empty, 0, &quiet};
   if (threadIdx.x / 32 == kWarps) {  // the producer warp
-    if (threadIdx.x % 32 == 0) produce_weights(p, ring, &step_open, &gone);
+    if (!kRows && threadIdx.x % 32 == 0) produce_weights(p, ring, &step_open, &gone);
     return;
   }
-  BlockContext bc{smem + p.ring_stages * kStageBytes, ring, nullptr};
+  // One row a step: the ring, then the ops' scratch. Several: all of it is scratch (the producer
+  // streams nothing).
+  BlockContext bc{kRows ? smem : smem + p.ring_stages * kStageBytes, ring, nullptr,
+                  kRows ? p.shared_bytes : p.shared_bytes - p.ring_stages * kStageBytes};
   const uint32_t begin = p.sm_offsets[blockIdx.x], end = p.sm_offsets[blockIdx.x + 1];
   for (uint32_t s = 0; s < p.steps; ++s) {
     if (s > 0) {
@@ -341,7 +334,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const Ker
       block_sync();
       if (!go) return leave(&gone);
       bc.trace = p.trace ? p.trace + kTraceSlots * i : nullptr;
-      execute(inst, step, p.tensors, bc);
+      execute<kRows>(inst, step, p.tensors, bc);
       block_sync();
       if (detail::handoff.failed) return leave(&gone);  // a tagged input's poll timed out or saw the abort
       if (threadIdx.x == 32) {
@@ -372,38 +365,21 @@ __global__ void fill_random_kernel(void* data, uint64_t n, bool bf16, uint32_t s
 
 // The op's gpu_prepare into the instruction's payload past the op's struct (the device copy).
 void prepare_instruction(schedule::Instruction& inst) {
-  switch (static_cast<schedule::Opcode>(inst.opcode)) {
-#define MK_OP(name, code, P)                                                              \
-  case schedule::Opcode::name:                                                            \
-    gpu_prepare(schedule::payload_as<schedule::P>(inst), inst.payload + sizeof(schedule::P)); \
-    break;
-#include "schedules/op_table.def"
-#undef MK_OP
-    default: break;
-  }
+  const schedule::Instruction copy = inst;
+  schedule::visit_payload(copy, [&](const auto& payload) { gpu_prepare(payload, inst.payload + sizeof(payload)); });
 }
 
 uint32_t instruction_shared_bytes(const schedule::Instruction& inst) {
-  switch (static_cast<schedule::Opcode>(inst.opcode)) {
-#define MK_OP(name, code, payload) \
-  case schedule::Opcode::name: return gpu_shared_bytes(schedule::payload_as<schedule::payload>(inst));
-#include "schedules/op_table.def"
-#undef MK_OP
-    default: return 0;
-  }
+  uint32_t bytes = 0;
+  schedule::visit_payload(inst, [&](const auto& payload) { bytes = gpu_shared_bytes(payload); });
+  return bytes;
 }
 
 // Calls f(tensor, writes, Tagging) for every activation the instruction's op body touches
 // (each op's gpu_activations; kNone fields included).
 template <class F>
 void for_each_activation(const schedule::Instruction& inst, F&& f) {
-  switch (static_cast<schedule::Opcode>(inst.opcode)) {
-#define MK_OP(name, code, payload) \
-  case schedule::Opcode::name: gpu_activations(schedule::payload_as<schedule::payload>(inst), f); break;
-#include "schedules/op_table.def"
-#undef MK_OP
-    default: break;
-  }
+  schedule::visit_payload(inst, [&](const auto& payload) { gpu_activations(payload, f); });
 }
 
 // Each tensor's hand-off (handoff.cuh): kPlain, or tagged and written by the step's
@@ -527,17 +503,22 @@ struct CudaExecutor::State {
   KernelParams params{};
   void** tensor_table = nullptr;
   ErrorRecord* error = nullptr;
-  int32_t* history = nullptr;  // [max_context + 1] token ids
+  int32_t* history = nullptr;  // [slots][max_context + 1] token ids
   uint32_t generation = 0;
+  uint32_t rows_written = 0;  // rows of the last launch's steps: every tagged row below it is current
   uint32_t max_target = 1;
   uint32_t shared = 0;
   uint32_t stages = 0;
   uint64_t launches = 0;
   cudaStream_t stream = nullptr;
-  // The launches not yet waited for, in launch order: each one's first position and an event
-  // recorded after it, so that tokens() waits only for the launches that write what it reads.
+  // The launches not yet waited for, in launch order: the token histories each may write (slot,
+  // [begin, end) of its entries) and an event recorded after it, so that tokens() waits only for
+  // the launches that write what it reads.
+  struct Write {
+    uint32_t slot, begin, end;
+  };
   struct Pending {
-    uint32_t first;
+    std::vector<Write> writes;
     cudaEvent_t done;
   };
   std::deque<Pending> pending;
@@ -557,15 +538,19 @@ struct CudaExecutor::State {
 
   size_t trace_bytes() const { return std::max<size_t>(1, s->instructions.size()) * kTraceSlots * sizeof(uint64_t); }
 
-  void reset_counters() {
+  // Queued behind the launches before (`wait`: and waited for, which clears their report too).
+  void reset_counters(bool wait = true) {
     // Tagged values carry the step's parity, and generations start again at 1: poison them
     // (all-ones bytes: bit 1, stale at generation 1).
     for (size_t t = 0; t < buffers.size(); ++t)
       if (layouts[t] == kStepTagged) check(cudaMemsetAsync(buffers[t], 0xff, sizes[t], stream), "tagged reset");
     check(cudaMemsetAsync(params.counters, 0, (s->counter_count + 1) * 4, stream), "counter reset");  // and steps_done
-    check(cudaMemsetAsync(error, 0, sizeof(ErrorRecord), stream), "error reset");
-    check(cudaStreamSynchronize(stream), "counter reset");
+    if (wait) {
+      check(cudaMemsetAsync(error, 0, sizeof(ErrorRecord), stream), "error reset");
+      check(cudaStreamSynchronize(stream), "counter reset");
+    }
     generation = 0;
+    rows_written = 0;
   }
 };
 
@@ -613,7 +598,12 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   // beside the kernel's static shared memory (the instruction copy, the ring's barriers, the
   // ops' own: the matvec's tile geometry, the attention's RoPE and norm tables).
   cudaFuncAttributes attr{};
-  check(cudaFuncGetAttributes(&attr, interpreter_kernel), "cudaFuncGetAttributes");
+  // (The two instances' static shared memory: the larger.)
+  for (const auto kernel : {interpreter_kernel<false>, interpreter_kernel<true>}) {
+    cudaFuncAttributes a{};
+    check(cudaFuncGetAttributes(&a, kernel), "cudaFuncGetAttributes");
+    attr.sharedSizeBytes = std::max(attr.sharedSizeBytes, a.sharedSizeBytes);
+  }
   const uint32_t room = static_cast<uint32_t>(prop.sharedMemPerBlockOptin - std::min(attr.sharedSizeBytes, prop.sharedMemPerBlockOptin));
   // At most one stage per compute warp: each stage has its consumer warps.
   st_->stages = std::min({kMaxStages, kWarps, room > st_->shared ? (room - st_->shared) / kStageBytes : 0u});
@@ -623,10 +613,14 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
     throw CudaError("the schedule needs " + std::to_string(st_->shared) +
                     " bytes of scratch shared memory per block, too much to leave room for the weight ring");
   st_->shared += st_->stages * kStageBytes;
-  check(cudaFuncSetAttribute(interpreter_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(st_->shared)),
+  for (const auto kernel : {interpreter_kernel<false>, interpreter_kernel<true>})
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(st_->shared)),
         "cudaFuncSetAttribute");
   int blocks = 0;
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, interpreter_kernel, kBlockThreads, st_->shared), "occupancy");
+  for (const auto kernel : {interpreter_kernel<false>, interpreter_kernel<true>}) {
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlockThreads, st_->shared), "occupancy");
+    if (blocks < 1) break;
+  }
   if (blocks < 1) throw CudaError("the interpreter cannot be resident on an SM with this shared memory size");
   check(cudaStreamCreateWithFlags(&st_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
 
@@ -635,7 +629,7 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   st_->layouts = tensor_layouts(s);  // before any allocation: it may refuse the schedule
   for (size_t i = 0; i < s.tensors.size(); ++i) {
     const schedule::Tensor& t = s.tensors[i];
-    const size_t n = t.elements() * (t.role == schedule::Role::kv_cache ? opt.max_context : 1);
+    const size_t n = t.elements() * (t.role == schedule::Role::kv_cache ? size_t{opt.max_context} * opt.slots : s.max_tokens);
     st_->sizes[i] = n * schedule::dtype_bytes(t.dtype);
     check(cudaMalloc(&st_->buffers[i], st_->sizes[i]), ("cudaMalloc for " + t.name).c_str());
     if (t.role != schedule::Role::weight)  // poison: all-ones bytes are NaN in f32 and bf16 (and stale when tagged)
@@ -663,13 +657,15 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   check(cudaMalloc(&p.counters, (s.counter_count + 1) * 4), "counters");
   p.steps_done = p.counters + s.counter_count;
   check(cudaMalloc(&st_->error, sizeof(ErrorRecord)), "error record");
-  check(cudaMalloc(&st_->history, (uint64_t{opt.max_context} + 1) * sizeof(int32_t)), "token history");
-  check(cudaMemset(st_->history, 0xff, (uint64_t{opt.max_context} + 1) * sizeof(int32_t)), "token history");
+  const uint64_t history = (uint64_t{opt.max_context} + 1) * opt.slots;
+  check(cudaMalloc(&st_->history, history * sizeof(int32_t)), "token history");
+  check(cudaMemset(st_->history, 0xff, history * sizeof(int32_t)), "token history");
   p.tensors = TensorTable{st_->tensor_table, static_cast<uint32_t>(s.tensors.size())};
   p.history = st_->history;
   p.error = st_->error;
   p.timeout_ns = static_cast<uint64_t>(opt.watchdog_seconds * 1e9);
   p.ring_stages = st_->stages;
+  p.shared_bytes = st_->shared;
   st_->reset_counters();
 }
 
@@ -707,10 +703,11 @@ void CudaExecutor::upload(uint32_t tensor, const void* data, size_t bytes) {
   check(cudaMemcpy(st_->buffers[tensor], values.data(), bytes, cudaMemcpyHostToDevice), "upload");
 }
 
-void CudaExecutor::download(uint32_t tensor, void* data, size_t bytes) const {
-  if (tensor >= st_->buffers.size() || bytes > st_->sizes[tensor]) throw CudaError("download: size mismatch");
+void CudaExecutor::download(uint32_t tensor, void* data, size_t bytes, size_t offset) const {
+  if (tensor >= st_->buffers.size() || offset > st_->sizes[tensor] || bytes > st_->sizes[tensor] - offset)
+    throw CudaError("download: size mismatch");
   check(cudaStreamSynchronize(st_->stream), "download");
-  check(cudaMemcpy(data, st_->buffers[tensor], bytes, cudaMemcpyDeviceToHost), "download");
+  check(cudaMemcpy(data, static_cast<const char*>(st_->buffers[tensor]) + offset, bytes, cudaMemcpyDeviceToHost), "download");
 }
 
 bool CudaExecutor::tagged(uint32_t tensor) const { return st_->layouts.at(tensor) != 0; }
@@ -734,20 +731,24 @@ uint32_t CudaExecutor::shared_bytes() const { return st_->shared; }
 uint32_t CudaExecutor::ring_stages() const { return st_->stages; }
 uint64_t CudaExecutor::launches() const { return st_->launches; }
 
-void CudaExecutor::set_tokens(uint32_t first, const int32_t* ids, uint32_t n) {
-  if (uint64_t{first} + n > uint64_t{st_->opt.max_context} + 1) throw CudaError("set_tokens: beyond the token history");
+void CudaExecutor::set_tokens(uint32_t slot, uint32_t first, const int32_t* ids, uint32_t n) {
+  if (slot >= st_->opt.slots || uint64_t{first} + n > uint64_t{st_->opt.max_context} + 1)
+    throw CudaError("set_tokens: beyond the token history");
   check(cudaStreamSynchronize(st_->stream), "set_tokens");
-  check(cudaMemcpy(st_->history + first, ids, n * sizeof(int32_t), cudaMemcpyHostToDevice), "set_tokens");
+  check(cudaMemcpy(st_->history + uint64_t{slot} * (st_->opt.max_context + 1) + first, ids, n * sizeof(int32_t),
+                   cudaMemcpyHostToDevice),
+        "set_tokens");
 }
 
-std::vector<int32_t> CudaExecutor::tokens(uint32_t begin, uint32_t end) {
-  if (begin > end || end > st_->opt.max_context + 1) throw CudaError("tokens: beyond the token history");
-  // The step at q writes history[q + 1]: wait for the last launch that ran a position below
-  // end - 1 (and so for every launch before it), not for those queued after it, which write
-  // past `end` (the stream is not the legacy one: these copies do not wait for them either).
+std::vector<int32_t> CudaExecutor::tokens(uint32_t slot, uint32_t begin, uint32_t end) {
+  if (slot >= st_->opt.slots || begin > end || end > st_->opt.max_context + 1) throw CudaError("tokens: beyond the token history");
+  // Wait for the last launch that writes this slot's history below `end` (and so for every launch
+  // before it), not for those queued after it, which write past it or other slots (the stream is
+  // not the legacy one: these copies do not wait for them either).
   size_t last = st_->pending.size();
   for (size_t j = 0; j < st_->pending.size(); ++j)
-    if (st_->pending[j].first + 1 < end) last = j;
+    for (const State::Write& w : st_->pending[j].writes)
+      if (w.slot == slot && w.begin < end && w.begin < w.end) last = j;
   if (last < st_->pending.size()) {
     check(cudaEventSynchronize(st_->pending[last].done), "interpreter");
     st_->release_pending(last);
@@ -756,21 +757,34 @@ std::vector<int32_t> CudaExecutor::tokens(uint32_t begin, uint32_t end) {
   // whether or not this call waited (launch() takes back the events of ended launches too).
   if (st_->read_error().code != 0) finish();  // waits for every launch, then reports
   std::vector<int32_t> out(end - begin);
-  check(cudaMemcpy(out.data(), st_->history + begin, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "tokens");
+  check(cudaMemcpy(out.data(), st_->history + uint64_t{slot} * (st_->opt.max_context + 1) + begin, out.size() * sizeof(int32_t),
+                   cudaMemcpyDeviceToHost),
+        "tokens");
   return out;
 }
 
 void CudaExecutor::launch(uint32_t first, uint32_t count, uint32_t fed_from) {
-  if (count == 0) return;
-  if (uint64_t{first} + count > st_->opt.max_context)
-    throw CudaError("position " + std::to_string(uint64_t{first} + count - 1) + " is beyond the KV cache (" +
-                    std::to_string(st_->opt.max_context) + ")");
+  launch(StepRun::decode(first, count, fed_from));
+}
+
+void CudaExecutor::launch(const StepRun& run) {
+  check_step_run(*st_->s, run, st_->opt.slots, st_->opt.max_context);
+  if (run.steps == 0) return;
+  if (run.segments.size() > kMaxLaunchSegments)
+    throw CudaError("a launch holds at most " + std::to_string(kMaxLaunchSegments) + " sequences; this one has " +
+                    std::to_string(run.segments.size()));
+  const uint32_t rows = run.rows();
+  // Tagged rows that the last launch's steps did not write may hold a value of an older step of
+  // this step's parity: poison them all and start the generations again, queued behind the
+  // launches before (a step of more rows than the one before: a prompt after decoding).
+  if (rows > st_->rows_written && st_->rows_written != 0) st_->reset_counters(false);
+  st_->rows_written = rows;
   // A launch's counters must not wrap within it: at most kCounterSpan / max_target steps. (A
   // traced launch's record of each instruction is its last step's.)
   constexpr uint64_t kCounterSpan = 0xffffffffull;
   const uint32_t most = static_cast<uint32_t>(std::max<uint64_t>(1, kCounterSpan / st_->max_target - 1));
-  for (uint32_t done = 0; done < count;) {
-    const uint32_t per_launch = std::min(most, count - done);
+  for (uint32_t done = 0; done < run.steps;) {
+    const uint32_t per_launch = std::min(most, run.steps - done);
     // Monotonic counters: targets scale with the generation; zero them before they could wrap,
     // after the launches before have ended (a reset also clears their error record).
     if ((uint64_t{st_->generation} + per_launch) * st_->max_target >= kCounterSpan) {
@@ -778,14 +792,26 @@ void CudaExecutor::launch(uint32_t first, uint32_t count, uint32_t fed_from) {
       st_->reset_counters();
     }
     KernelParams p = st_->params;
-    p.ctx = schedule::StepContext{first + done, st_->opt.max_context, st_->generation + 1, 1,
-                                  schedule::kv_split_policy(*st_->s, st_->opt.kv_splits), nullptr, nullptr, p.counters};
+    uint32_t last = 0;  // the first step's last position
+    State::Pending pending{{}, nullptr};
+    for (size_t j = 0; j < run.segments.size(); ++j) {
+      schedule::StepSegment g = run.segments[j];
+      g.start += done * run.advance;
+      p.segments[j] = g;
+      last = std::max(last, g.start + g.rows - 1);
+      const uint32_t from = std::max(g.fed_from, g.start + 1), to = g.start + (per_launch - 1) * run.advance + g.rows + 1;
+      if (from < to) pending.writes.push_back({g.slot, from, to});
+    }
+    p.ctx = schedule::StepContext{last, st_->opt.max_context, st_->generation + 1, rows,
+                                  schedule::kv_split_policy(*st_->s, st_->opt.kv_splits),
+                                  static_cast<uint32_t>(run.segments.size()), 0, nullptr, nullptr, p.counters};
     p.steps = per_launch;
-    p.fed_from = fed_from;
+    p.advance = run.advance;
     st_->generation += per_launch;
     if (p.trace)  // an instruction whose body marks nothing this step (no active unit) keeps no old marks
       check(cudaMemsetAsync(p.trace, 0, st_->trace_bytes(), st_->stream), "trace reset");
-    interpreter_kernel<<<st_->s->sm_count, kBlockThreads, st_->shared, st_->stream>>>(p);
+    if (rows > 1) interpreter_kernel<true><<<st_->s->sm_count, kBlockThreads, st_->shared, st_->stream>>>(p);
+    else interpreter_kernel<false><<<st_->s->sm_count, kBlockThreads, st_->shared, st_->stream>>>(p);
     check(cudaGetLastError(), "interpreter launch");
     ++st_->launches;
     // Its event, for tokens(); the events of launches that have ended are taken back first.
@@ -799,11 +825,10 @@ void CudaExecutor::launch(uint32_t first, uint32_t count, uint32_t fed_from) {
       cudaGetLastError();  // "not ready" is no error: not for the next launch's check to find
       break;
     }
-    cudaEvent_t e = nullptr;
-    if (st_->spare_events.empty()) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-    else e = st_->spare_events.back(), st_->spare_events.pop_back();
-    st_->pending.push_back({first + done, e});
-    check(cudaEventRecord(e, st_->stream), "cudaEventRecord");
+    if (st_->spare_events.empty()) check(cudaEventCreateWithFlags(&pending.done, cudaEventDisableTiming), "cudaEventCreate");
+    else pending.done = st_->spare_events.back(), st_->spare_events.pop_back();
+    check(cudaEventRecord(pending.done, st_->stream), "cudaEventRecord");
+    st_->pending.push_back(std::move(pending));
     done += per_launch;
   }
 }
@@ -845,14 +870,18 @@ float CudaExecutor::timed_step(int32_t token, uint32_t pos) {
 }
 
 float CudaExecutor::timed_steps(int32_t token, uint32_t pos, uint32_t count) {
-  set_tokens(pos, &token, 1);
+  set_tokens(0, pos, &token, 1);
+  return timed_run(StepRun::decode(pos, count, pos + 1));
+}
+
+float CudaExecutor::timed_run(const StepRun& run) {
   struct Event {  // destroyed however the timing ends
     cudaEvent_t e = nullptr;
     Event() { check(cudaEventCreate(&e), "cudaEventCreate"); }
     ~Event() { cudaEventDestroy(e); }
   } a, b;
   check(cudaEventRecord(a.e, st_->stream), "cudaEventRecord");
-  launch(pos, count, pos + 1);
+  launch(run);
   check(cudaEventRecord(b.e, st_->stream), "cudaEventRecord");
   finish();
   float ms = 0;
@@ -892,7 +921,7 @@ void CudaExecutor::fill_random(uint32_t tensor, uint32_t seed, float scale) {
 }
 
 void CudaExecutor::step(int32_t token, uint32_t pos) {
-  set_tokens(pos, &token, 1);
+  set_tokens(0, pos, &token, 1);
   launch(pos, 1, pos + 2);
   finish();
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "device/step_run.hpp"
 #include "device/trace.hpp"
 #include "schedules/schedule.hpp"
 
@@ -30,7 +31,8 @@ struct WatchdogError : CudaError {
 };
 
 struct ExecutorOptions {
-  uint32_t max_context = 2048;
+  uint32_t max_context = 2048;  // positions per sequence
+  uint32_t slots = 1;           // sequences: KV caches and token histories
   double watchdog_seconds = 1.0;  // a wait longer than this aborts the launch with a report
   bool exact_sm_count = true;     // refuse a schedule planned for another SM count
   uint32_t ring_stages = 0;       // weight ring stages; 0: as many as shared memory holds (mkbench --stages)
@@ -43,7 +45,8 @@ struct ExecutorOptions {
 };
 
 // Device memory for one schedule: instruction arrays, counters, and a buffer per tensor
-// (activations and kv caches poisoned with NaN). Weights are uploaded by the caller.
+// (activations of max_tokens rows and kv caches of every slot, poisoned with NaN). Weights are
+// uploaded by the caller.
 class CudaExecutor {
  public:
   CudaExecutor(const schedule::Schedule&, const ExecutorOptions&);
@@ -52,7 +55,7 @@ class CudaExecutor {
   CudaExecutor& operator=(const CudaExecutor&) = delete;
 
   void upload(uint32_t tensor, const void* data, size_t bytes);
-  void download(uint32_t tensor, void* data, size_t bytes) const;
+  void download(uint32_t tensor, void* data, size_t bytes, size_t offset = 0) const;
   size_t tensor_bytes(uint32_t tensor) const;
   bool tagged(uint32_t tensor) const;  // its values carry their step's bit (device/cuda/handoff.cuh)
   // The counter waits the GPU runs for an instruction at a full or short step: the schedule's,
@@ -63,16 +66,20 @@ class CudaExecutor {
   // Of those, the ones whose counter no wait list of that step's kind names: relaxed adds, no release.
   uint32_t relaxed_signals(uint32_t instruction, bool short_step) const;
 
-  // The token history on the device: position p decodes history[p] (max_context + 1 entries).
-  void set_tokens(uint32_t first, const int32_t* ids, uint32_t n);
-  // history[begin, end): waits for the launches that write it (and checks them, as finish()
+  // The token histories on the device ([slots][max_context + 1]): a row of slot q at position p
+  // decodes history[q][p].
+  void set_tokens(uint32_t slot, uint32_t first, const int32_t* ids, uint32_t n);
+  // history[slot][begin, end): waits for the launches that write it (and checks them, as finish()
   // does), not for those queued after them.
-  std::vector<int32_t> tokens(uint32_t begin, uint32_t end);
-  // Launches the steps at positions [first, first + count) as one kernel, without waiting: the
-  // step at q writes its greedy token to history[q + 1], the next step's input, when q + 1 >=
-  // fed_from. Between steps the SMs wait for each other (the next step's first weights stream
-  // meanwhile) instead of for a new launch. With tracing on, one launch per step. finish()
-  // waits and checks.
+  std::vector<int32_t> tokens(uint32_t slot, uint32_t begin, uint32_t end);
+  // Launches the run's steps (check_step_run) as one kernel, without waiting: a row at q of slot
+  // s writes its greedy token to history[s][q + 1], the next step's input, when q + 1 >= its
+  // segment's fed_from. Between steps the SMs wait for each other (the next step's first weights
+  // stream meanwhile) instead of for a new launch. With tracing on, one launch per step.
+  // finish() waits and checks. A step of several rows streams no weights ahead: its op bodies
+  // load what they read into all of shared memory.
+  void launch(const StepRun&);
+  // One sequence (slot 0): the steps at positions [first, first + count), one row each.
   void launch(uint32_t first, uint32_t count, uint32_t fed_from);
   // The launches whose event launch(), tokens() or finish() has not yet taken back (ended or not).
   size_t launches_pending() const;
@@ -86,6 +93,8 @@ class CudaExecutor {
   float timed_step(int32_t token, uint32_t pos);
   // `count` steps from `pos` in one launch, each fed the previous one's token; milliseconds in all.
   float timed_steps(int32_t token, uint32_t pos, uint32_t count);
+  // The run as one launch (launch()), timed with device events: milliseconds in all.
+  float timed_run(const StepRun&);
   // Fills a tensor with deterministic pseudo-random values (bf16 or f32, std about `scale`),
   // for benchmarks that need no checkpoint.
   void fill_random(uint32_t tensor, uint32_t seed, float scale);

@@ -123,11 +123,14 @@ __device__ __forceinline__ void trace_mark(uint64_t* trace, uint32_t k) {
   if (trace && threadIdx.x == 0) trace[3 + k] = global_timer();
 }
 
-// What an op body gets besides its payload: scratch shared memory and the weight ring.
+// What an op body gets besides its payload: scratch shared memory and the weight ring. At a step
+// of one row the scratch is what the ring leaves (each op's gpu_shared_bytes, the largest); at a
+// step of several rows the producer streams nothing and the scratch is all of shared memory.
 struct BlockContext {
   unsigned char* scratch;
   WeightRing& ring;
   uint64_t* trace;  // this instruction's trace record, or nullptr
+  uint32_t scratch_bytes = 0;
 
   __device__ void mark(uint32_t k) const { trace_mark(trace, k); }
 };
@@ -211,10 +214,8 @@ __device__ __forceinline__ void prefetch_lines(const void* p, uint64_t bytes, ui
 template <class Payload>
 inline void gpu_prepare(const Payload&, unsigned char*) {}
 
-// Scratch shared memory of ops that declare none: a few reduction slots.
-template <class Payload>
-inline uint32_t gpu_shared_bytes(const Payload&) {
-  return 2 * 32 * 4 + 64;
-}
+// Every op declares its scratch shared memory at a step of one row: gpu_shared_bytes(payload)
+// (none of its own: no default, so that an op without one does not compile). At a step of several
+// rows the scratch is all of shared memory (BlockContext).
 
 }  // namespace mk::device

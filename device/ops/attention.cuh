@@ -5,6 +5,8 @@
 #include "device/cuda/ring.cuh"
 #include "device/memory.hpp"
 #include "device/ops/attention_layout.hpp"
+#include "device/ops/attention_rows.cuh"
+#include "device/ops/attention_tiles.cuh"
 #include "device/rope.hpp"
 #include "schedules/ops/attention.hpp"
 
@@ -20,7 +22,7 @@ __device__ __host__ inline uint32_t attention_tile_positions(uint32_t hd) { retu
 
 struct AttentionTiles {
   static constexpr bool kReadsEarlierSteps = true;  // the previous position: the step before's qkv
-  const uint16_t* k;  // the caches
+  const uint16_t* k;  // the caches, at the step's slot
   const uint16_t* v;
   uint32_t unit_begin, unit_end, S, A, pos, max_context, hd, per;  // A: the step's active splits
 
@@ -43,10 +45,13 @@ struct AttentionTiles {
   }
 };
 
+// A step of one row (the producer streams only for those): that row's slot and position.
 __device__ inline AttentionTiles gpu_tiles(const schedule::AttentionPayload& p, const schedule::StepContext& ctx,
                                            const TensorTable& mem) {
-  return {mem.at<const uint16_t>(p.k_cache), mem.at<const uint16_t>(p.v_cache), p.unit_begin, p.unit_end, p.kv_splits,
-          schedule::active_kv_splits(ctx, p.kv_splits), ctx.pos, ctx.max_context, p.head_dim, attention_tile_positions(p.head_dim)};
+  const uint64_t slot = uint64_t{ctx.segments[0].slot} * p.kv_heads * ctx.max_context * p.head_dim;
+  return {mem.at<const uint16_t>(p.k_cache) + slot, mem.at<const uint16_t>(p.v_cache) + slot, p.unit_begin, p.unit_end,
+          p.kv_splits, schedule::active_kv_splits(ctx, ctx.pos, p.kv_splits), ctx.pos, ctx.max_context, p.head_dim,
+          attention_tile_positions(p.head_dim)};
 }
 
 namespace detail {
@@ -75,14 +80,6 @@ __device__ inline void gpu_prefetch(const schedule::AttentionPayload& p, uint32_
 // Shared memory: q as the tensor cores take it (16 rows of bf16), q, k and v in f32,
 // the current k and v in bf16, then each compute warp's output, max and sum per head (and the
 // current position's score as one more slot), then each head's max and sum over them all.
-namespace detail {
-inline constexpr uint32_t kQRows = 16;  // rows 0-7: q in bf16 (hi), rows 8-15: what bf16 left (lo)
-__device__ __host__ inline uint32_t q_stride(uint32_t hd) { return hd + 8; }  // bf16; odd 16-byte chunks: no bank conflicts
-// The fragments' shapes: lane / 4 names one of 8 heads, rows g and g + 8 its hi and lo parts.
-static_assert(schedule::kMaxGroup == 8 && kQRows == 2 * schedule::kMaxGroup, "m16n8k16 rows are 8 heads, hi and lo");
-static_assert(schedule::kMaxHeadDim % 16 == 0, "head_dim steps of 16");
-static_assert(schedule::kMaxGroup + 2 <= kWarps, "the set-up has a warp per q head, k and v");
-}  // namespace detail
 
 // The activations its body reads and writes, each as f(tensor, writes, Tagging): whether the
 // CUDA body takes it tagged (handoff.cuh); the k-th call is its tagged_field(k).
@@ -100,146 +97,6 @@ inline uint32_t gpu_shared_bytes(const schedule::AttentionPayload& p) {
 }
 
 namespace detail {
-
-// RMSNorm of one head held in shared memory, by one warp; w in f32 (shared memory).
-__device__ inline void warp_rms_norm(float* v, const float* w, uint32_t n, float eps) {
-  float ss = 0;
-  for (uint32_t i = threadIdx.x % 32; i < n; i += 32) ss += v[i] * v[i];
-  const float inv = rsqrtf(warp_sum(ss) / n + eps);
-  __syncwarp();
-  for (uint32_t i = threadIdx.x % 32; i < n; i += 32) v[i] = v[i] * inv * w[i];
-}
-
-// Four 8x8 bf16 matrices from shared memory, lane l giving a row address of matrix l / 8;
-// register k gets matrix k, lane l holding its row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1
-// (transposed: rows 2 (l % 4) and 2 (l % 4) + 1 of column l / 4).
-__device__ __forceinline__ void load_matrices(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-__device__ __forceinline__ void load_matrices_transposed(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-// d += a b on the tensor cores: a 16x16 (row major), b 16x8 (column major), bf16 in, f32 sums.
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// x0, x1 as a pair of bf16 (x0 in the low half) and what that rounding left, as another pair:
-// hi + lo holds each value to about 16 bits, so the tensor cores lose little against f32.
-__device__ __forceinline__ void split_bf16(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(hi) : "f"(x1), "f"(x0));
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(x1 - bf16_hi(hi)), "f"(x0 - bf16_lo(hi)));
-}
-
-// The mask that zeroes the bf16 halves of a fragment register whose rows (positions first,
-// first + 1) are at or past `valid`: the stage holds stale bytes there, which could be NaN.
-__device__ __forceinline__ uint32_t row_mask(uint32_t first, uint32_t valid) {
-  return first + 1 < valid ? ~0u : first < valid ? 0xffffu : 0u;
-}
-
-// One warp's online softmax over some of a kv group's positions, 16 at a time, on the tensor
-// cores. The scores are Q K^T with Q = 16 rows of bf16 (row r the hi part of q head r, row 8 + r
-// its lo part, q pre-scaled into the log2 domain): lane l holds head g = l / 4 (rows g and g + 8)
-// and positions 2 (l % 4), + 1, + 8, + 9 of the 16. Then P V with P split the same way (rows g
-// and g + 8: hi and lo of head g's weights): acc[t] holds columns 8 t + 2 (l % 4), + 1 of rows g
-// and g + 8, whose sum is head g's output.
-struct WarpAttention {
-  static constexpr uint32_t NT = schedule::kMaxHeadDim / 8;  // column tiles of 8 (a smaller head uses the first)
-  float acc[NT][4];
-  float m, l;  // head g's running max (log2 domain) and this lane's share of its sum
-
-  __device__ void reset() {
-#pragma unroll
-    for (uint32_t t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0;
-    m = -INFINITY, l = 0;
-  }
-
-  // Positions pos0 .. pos0 + valid - 1 (valid <= 16), k and v rows at shared addresses k, v
-  // (the cache's layout: kv_index), q at shared address q (rows of q_stride(hd) bf16). The
-  // benchmark's head sizes get a step of their own, unrolled without a branch (HD); others the
-  // general one (HD 0).
-  __device__ __forceinline__ void add(uint32_t q, uint32_t k, uint32_t v, uint32_t pos0, uint32_t valid, uint32_t hd) {
-    if (hd == 64) add_hd<64>(q, k, v, pos0, valid, hd);
-    else if (hd == 128) add_hd<128>(q, k, v, pos0, valid, hd);
-    else add_hd<0>(q, k, v, pos0, valid, hd);
-  }
-
-  // With HD known, the step is unrolled without a bound check between a multiply and the next
-  // loads, so they are issued ahead: one warp's block of 16 positions 527 -> 349 ns at head_dim
-  // 64, 769 -> 486 at 128 (bench/probes/attend.cu, NOTES 97). The scores' k loop is unrolled
-  // by two only, and their sum kept in one chain: unrolled whole and in two chains it took 305
-  // and 379 ns, but the body needed registers that the kernel's loop then gave up to spills
-  // (40 bytes, +1 to +6 % a step).
-  template <uint32_t HD>
-  __device__ __forceinline__ void add_hd(uint32_t q, uint32_t k, uint32_t v, uint32_t pos0, uint32_t valid, uint32_t hd_any) {
-    const uint32_t hd = HD ? HD : hd_any;
-    constexpr uint32_t NS = HD ? HD / 16 : NT / 2, NV = HD ? HD / 8 : NT;  // steps of 16 in k, column tiles of 8
-    const uint32_t lane = threadIdx.x % 32, quad = lane % 4, mat = lane / 8, row = lane % 8;
-    // Scores. A (q): matrices (rows 0-7, chunk 2s), (8-15, 2s), (0-7, 2s + 1), (8-15, 2s + 1);
-    // B (k, a row per position): (positions 0-7, chunk 2s), (0-7, 2s + 1), (8-15, 2s), (8-15, 2s + 1).
-    const uint32_t qrow = q + (row + (mat & 1) * 8) * q_stride(hd) * 2 + (mat / 2) * 16;
-    const uint32_t kpos = row + (mat / 2) * 8, kswz = kv_chunk_swizzle(pos0 + kpos, hd);
-    const uint32_t krow = k + kpos * hd * 2;
-    float s0[4] = {}, s1[4] = {};
-#pragma unroll 2
-    for (uint32_t s = 0; s < NS; ++s) {
-      if (!HD && s >= hd / 16) break;
-      uint32_t a[4], b[4];
-      load_matrices(qrow + s * 32, a);
-      load_matrices(krow + (((2 * s + (mat & 1)) ^ kswz) * 16), b);
-      mma(s0, a, b[0], b[1]);
-      mma(s1, a, b[2], b[3]);
-    }
-    float sc[4] = {s0[0] + s0[2], s0[1] + s0[3], s1[0] + s1[2], s1[1] + s1[3]};
-    if (2 * quad >= valid) sc[0] = -INFINITY;
-    if (2 * quad + 1 >= valid) sc[1] = -INFINITY;
-    if (2 * quad + 8 >= valid) sc[2] = -INFINITY;
-    if (2 * quad + 9 >= valid) sc[3] = -INFINITY;
-    // Online softmax: the head's max over the quad, the rescale only when some max moved.
-    float mx = fmaxf(fmaxf(sc[0], sc[1]), fmaxf(sc[2], sc[3]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m, mx);  // finite: position pos0 is valid
-    const float c = exp2f(m - m_new);   // 0 on the first block (m = -inf)
-    float pr[4];
-#pragma unroll
-    for (uint32_t i = 0; i < 4; ++i) pr[i] = exp2f(sc[i] - m_new);
-    l = l * c + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
-    m = m_new;
-    if (__any_sync(0xffffffffu, c != 1.0f)) {
-#pragma unroll
-      for (uint32_t t = 0; t < NV; ++t) {
-        if (!HD && t >= hd / 8) break;
-        acc[t][0] *= c, acc[t][1] *= c, acc[t][2] *= c, acc[t][3] *= c;
-      }
-    }
-    uint32_t p[4];  // A (weights): rows g (hi) and g + 8 (lo), positions 2 quad, + 1, then + 8, + 9
-    split_bf16(pr[0], pr[1], p[0], p[1]);
-    split_bf16(pr[2], pr[3], p[2], p[3]);
-    // B (v transposed): matrices (positions 0-7, chunk t), (8-15, t), (0-7, t + 1), (8-15, t + 1),
-    // rows past `valid` zeroed by mask (no branch between the loads).
-    const uint32_t vpos = row + (mat & 1) * 8, vswz = kv_chunk_swizzle(pos0 + vpos, hd);
-    const uint32_t vrow = v + vpos * hd * 2;
-    const uint32_t lo = row_mask(2 * quad, valid), hi = row_mask(2 * quad + 8, valid);
-#pragma unroll
-    for (uint32_t t = 0; t < NV; t += 2) {
-      if (!HD && t >= hd / 8) break;
-      uint32_t b[4];
-      load_matrices_transposed(vrow + (((t + mat / 2) ^ vswz) * 16), b);
-      mma(acc[t], p, b[0] & lo, b[1] & hi);
-      mma(acc[t + 1], p, b[2] & lo, b[3] & hi);
-    }
-  }
-};
 
 // The instruction's trace record while tracing (else null), set by gpu_run, so that the body can
 // mark its phases without another argument: the end of a unit's set-up, and warp 0 done with its
@@ -278,10 +135,11 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
   float* head_max = wl + (W + 1) * rep;               // [rep]
   float* head_sum = head_max + rep;                   // [rep]
   const float* qkv = mem.at<const float>(p.qkv);
-  uint16_t* kc = mem.at<uint16_t>(p.k_cache);
-  uint16_t* vc = mem.at<uint16_t>(p.v_cache);
+  const uint64_t slot = uint64_t{ctx.segments[0].slot} * p.kv_heads * ctx.max_context * hd;  // the row's sequence
+  uint16_t* kc = mem.at<uint16_t>(p.k_cache) + slot;
+  uint16_t* vc = mem.at<uint16_t>(p.v_cache) + slot;
   float* out = mem.at<float>(p.out);
-  const uint32_t A = schedule::active_kv_splits(ctx, S);
+  const uint32_t A = schedule::active_kv_splits(ctx, ctx.pos, S);
   const float qscale = p.scale * 1.4426950408889634f;  // scores in the log2 domain: exp2f
   const uint32_t qa_addr = smem_addr(qa);
   uint32_t tile = ring.next_tile;
@@ -323,7 +181,7 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
       if (is_q) {  // q for the tensor cores: row warp its hi part, row warp + G what bf16 left
         for (uint32_t e = 2 * lane; e < hd; e += 64) {
           uint32_t hi, lo;
-          split_bf16(v[e] * qscale, v[e + 1] * qscale, hi, lo);
+          split_bf16x2(v[e] * qscale, v[e + 1] * qscale, hi, lo);
           *reinterpret_cast<uint32_t*>(qa + warp * q_stride(hd) + e) = hi;
           *reinterpret_cast<uint32_t*>(qa + (warp + G) * q_stride(hd) + e) = lo;
         }
@@ -440,6 +298,11 @@ __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedu
   if (threadIdx.x == 0) detail::attention_trace = bc.trace;
   bc.ring.next_tile = detail::attention_body(p, ctx, mem, bc.scratch, bc.ring);
   if (bc.ring.next_tile != before) bc.ring.pause();
+}
+// A step of several rows (attention_rows.cuh).
+__device__ inline void gpu_rows(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
+                                unsigned char* scratch, uint32_t scratch_bytes) {
+  detail::attention_rows_body(p, ctx, mem, scratch, scratch_bytes);
 }
 
 }  // namespace mk::device

@@ -48,6 +48,7 @@ void cpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& c
     const uint32_t g = unit / S, s = unit % S;
     for (uint32_t j = 0; j < ctx.segment_count; ++j) {
       const schedule::StepSegment& seg = ctx.segments[j];
+      const uint32_t start = schedule::segment_start(ctx, seg);
       const uint64_t head_base = (uint64_t{seg.slot} * p.kv_heads + g) * ctx.max_context * hd;
       // The segment's k and v, [rows][hd], as the cache holds them.
       keys.assign(size_t{seg.rows} * hd, 0.0f);
@@ -59,11 +60,11 @@ void cpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& c
         std::copy(qkv + (p.heads + g) * hd, qkv + (p.heads + g + 1) * hd, k);
         std::copy(qkv + (p.heads + p.kv_heads + g) * hd, qkv + (p.heads + p.kv_heads + g + 1) * hd, v);
         if (p.k_norm != schedule::kNone) rms_norm_head(k, mem.at<const uint16_t>(p.k_norm), hd, p.norm_eps);
-        rope(k, p, seg.start + i);
+        rope(k, p, start + i);
         for (uint32_t e = 0; e < hd; ++e) k[e] = round_bf16(k[e]), v[e] = round_bf16(v[e]);
       }
       for (uint32_t i = 0; i < seg.rows; ++i) {
-        const uint32_t t = seg.row_begin + i, pos = seg.start + i, A = schedule::active_kv_splits(ctx, pos, S);
+        const uint32_t t = seg.row_begin + i, pos = start + i, A = schedule::active_kv_splits(ctx, pos, S);
         if (s >= A) {  // an inactive split: nothing to attend to; the row's partials zero
           std::fill(out + layout.at(t, g, s, 0), out + layout.at(t, g, s, 0) + rep * layout.record(), 0.0f);
           continue;
@@ -95,8 +96,8 @@ void cpu_run(const schedule::AttentionPayload& p, const schedule::StepContext& c
           };
           std::vector<float> key(hd), val(hd);
           for (uint32_t at = begin; at < end; ++at) {
-            if (at >= seg.start) {
-              visit(keys.data() + size_t{at - seg.start} * hd, values.data() + size_t{at - seg.start} * hd);
+            if (at >= start) {
+              visit(keys.data() + size_t{at - start} * hd, values.data() + size_t{at - start} * hd);
               continue;
             }
             for (uint32_t e = 0; e < hd; ++e) {

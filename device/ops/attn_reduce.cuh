@@ -7,6 +7,9 @@
 
 namespace mk::device {
 
+// No shared memory: each thread polls and combines its own values.
+inline uint32_t gpu_shared_bytes(const schedule::AttnReducePayload&) { return 0; }
+
 // The activations its body reads and writes, each as f(tensor, writes, Tagging): whether the
 // CUDA body takes it tagged (handoff.cuh); the k-th call is its tagged_field(k).
 template <class F>
@@ -24,11 +27,17 @@ __device__ __noinline__ void attn_reduce_body(const schedule::AttnReducePayload&
   float* out = mem.at<float>(p.out);
   const bool polled = tagged_field(0), tagged = tagged_field(1);
   const uint32_t bit = detail::handoff.bit;
-  const uint32_t hd = p.head_dim, S = p.kv_splits, A = schedule::active_kv_splits(ctx, S);
-  for (uint32_t i = threadIdx.x; i < (p.head_end - p.head_begin) * hd; i += kThreads) {
-    const uint32_t h = p.head_begin + i / hd, e = i % hd, g = h / p.rep, r = h % p.rep;
-    const float* first = in + (uint64_t{g} * S * p.rep + r) * (hd + 2);
-    const uint64_t stride = uint64_t{p.rep} * (hd + 2);  // from one split's partial to the next
+  const uint32_t hd = p.head_dim, S = p.kv_splits, per_row = (p.head_end - p.head_begin) * hd;
+  const schedule::AttentionPartials layout{p.kv_heads, S, p.rep, hd};
+  const uint64_t width = uint64_t{p.kv_heads} * p.rep * hd;  // an output row
+  const bool one = ctx.rows == 1;  // one row: no division by the row's length, no search for its segment
+  const uint32_t A1 = schedule::active_kv_splits(ctx, ctx.pos, S);
+  for (uint32_t i = threadIdx.x; i < ctx.rows * per_row; i += kThreads) {
+    const uint32_t t = one ? 0 : i / per_row, in_row = one ? i : i % per_row;
+    const uint32_t h = p.head_begin + in_row / hd, e = i % hd, g = h / p.rep, r = h % p.rep;
+    const uint32_t A = one ? A1 : schedule::active_kv_splits(ctx, schedule::row_position(ctx, schedule::row_segment(ctx, t), t), S);
+    const float* first = in + layout.at(t, g, 0, r);
+    const uint64_t stride = layout.split_stride();  // from one split's partial to the next
     // All of a thread's loads are independent: issue them before using any (latency, not
     // bandwidth, is what this op costs). One pass over the splits, kBatch at a time, each split's
     // max, sum and value loaded together and folded in by an online rescale: a round of polling
@@ -73,7 +82,7 @@ __device__ __noinline__ void attn_reduce_body(const schedule::AttnReducePayload&
       if (!polled || !(stale & 1u)) break;
       if (!keep_polling(round, start, p.in, bit ^ 1u)) return;  // the launch aborts (handoff.failed)
     }
-    store_activation(out + uint64_t{h} * hd + e, acc / L, tagged, bit);
+    store_activation(out + t * width + uint64_t{h} * hd + e, acc / L, tagged, bit);
   }
 }
 }  // namespace detail
@@ -81,6 +90,11 @@ __device__ __noinline__ void attn_reduce_body(const schedule::AttnReducePayload&
 __device__ inline void gpu_run(const schedule::AttnReducePayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                BlockContext&) {
   if (p.bypassed && schedule::short_step(ctx)) return;  // the attention wrote the output
+  detail::attn_reduce_body(p, ctx, mem);
+}
+__device__ inline void gpu_rows(const schedule::AttnReducePayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
+                                unsigned char*, uint32_t) {
+  if (p.bypassed && schedule::short_step(ctx)) return;
   detail::attn_reduce_body(p, ctx, mem);
 }
 

@@ -12,7 +12,7 @@ void cpu_run(const schedule::AttnReducePayload& p, const schedule::StepContext& 
   const schedule::AttentionPartials layout{p.kv_heads, S, p.rep, hd};
   const uint64_t width = uint64_t{p.kv_heads} * p.rep * hd;  // elements of an output row
   for (uint32_t t = 0; t < ctx.rows; ++t) {
-    const uint32_t A = schedule::active_kv_splits(ctx, schedule::row_position(schedule::row_segment(ctx, t), t), S);
+    const uint32_t A = schedule::active_kv_splits(ctx, schedule::row_position(ctx, schedule::row_segment(ctx, t), t), S);
     for (uint32_t h = p.head_begin; h < p.head_end; ++h) {
       const uint32_t g = h / p.rep, r = h % p.rep;
       auto part = [&](uint32_t s) { return in + layout.at(t, g, s, r); };

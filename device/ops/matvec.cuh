@@ -10,6 +10,7 @@
 #include "device/cuda/ring.cuh"
 #include "device/magic_divide.hpp"
 #include "device/memory.hpp"
+#include "device/ops/matvec_rows.cuh"
 #include "schedules/ops/matvec.hpp"
 
 namespace mk::device {
@@ -187,6 +188,7 @@ __device__ inline MatvecTiles matvec_tiles(const schedule::MatvecPayload& p, con
   return t;
 }
 
+// (Streamed only at a step of one row: the producer streams nothing for a step of several.)
 __device__ inline MatvecTiles gpu_tiles(const schedule::MatvecPayload& p, const schedule::StepContext&, const TensorTable& mem) {
   return matvec_tiles(p, mem);
 }
@@ -423,6 +425,11 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
 __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule::StepContext&, const TensorTable& mem,
                                BlockContext& bc) {
   bc.ring.next_tile = detail::matvec_body(p, mem, bc.scratch, bc.ring, bc.trace);
+}
+// A step of several rows (matvec_rows.cuh).
+__device__ inline void gpu_rows(const schedule::MatvecPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
+                                unsigned char* scratch, uint32_t scratch_bytes) {
+  detail::matvec_rows_body(p, ctx, mem, scratch, scratch_bytes);
 }
 
 }  // namespace mk::device

@@ -49,6 +49,9 @@ __device__ inline float sample_max(float v, double* scratch) {
 
 }  // namespace detail
 
+// Shared memory: kWarps doubles for the block-wide sums (block_argmax's values and indices fit there).
+inline uint32_t gpu_shared_bytes(const schedule::SamplePayload&) { return kWarps * 8; }
+
 // The activations its body reads and writes, each as f(tensor, writes, Tagging): whether the
 // CUDA body takes it tagged (handoff.cuh); the k-th call is its tagged_field(k).
 template <class F>
@@ -57,20 +60,28 @@ void gpu_activations(const schedule::SamplePayload& p, F&& f) {
   f(p.out, true, Tagging::never);
 }
 
-__device__ inline void gpu_run(const schedule::SamplePayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
-                               BlockContext& bc) {
+namespace detail {
+// One row: its logits `in`, its position `pos` (the draw's); thread 0 writes its token as row r's.
+template <bool kOne>
+__device__ __forceinline__ void sample_row(const schedule::SamplePayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
+                                  unsigned char* scratch_bytes, uint32_t r) {
   namespace sd = schedule::sample_detail;
-  const float* in = mem.at<const float>(p.in);
-  double* scratch = reinterpret_cast<double*>(bc.scratch);
+  const float* in = mem.at<const float>(p.in) + uint64_t{r} * p.count;
+  const schedule::StepSegment& seg = kOne ? ctx.segments[0] : schedule::row_segment(ctx, r);
+  const uint32_t pos = schedule::row_position(ctx, seg, r);
+  const schedule::ArgmaxPayload a = schedule::ArgmaxPayload::whole(p.in, p.out, p.count);
+  double* scratch = reinterpret_cast<double*>(scratch_bytes);
   float m = -INFINITY;
   if (p.temperature > 0 && p.top_k != 1) {
     for (uint32_t i = threadIdx.x; i < p.count; i += kThreads) m = fmaxf(m, load_activation(in + i));
-    m = detail::sample_max(m, scratch);
+    m = sample_max(m, scratch);
   }
   if (!(p.temperature > 0) || p.top_k == 1 || m == -INFINITY || m == INFINITY) {
-    const schedule::ArgmaxPayload a = schedule::ArgmaxPayload::whole(p.in, p.out, p.count);
     block_sync();  // sample_max's readers of the scratch are done before argmax writes it
-    gpu_run(a, ctx, mem, bc);
+    float best;
+    uint32_t index;
+    argmax_range(in, 0, p.count, best, index, scratch_bytes);
+    if (threadIdx.x == 0) write_token<kOne>(a, ctx, mem, r, index);
     return;
   }
   const float inv_t = 1.0f / p.temperature;
@@ -84,7 +95,7 @@ __device__ inline void gpu_run(const schedule::SamplePayload& p, const schedule:
         const float v = load_activation(in + i);
         n += (!isnan(v) && sd::order_key(v) >= cand) ? 1.0 : 0.0;
       }
-      if (detail::sample_sum(n, scratch) >= p.top_k) t = cand;
+      if (sample_sum(n, scratch) >= p.top_k) t = cand;
     }
     if (t > key_min) key_min = t;
   }
@@ -94,7 +105,7 @@ __device__ inline void gpu_run(const schedule::SamplePayload& p, const schedule:
       const float v = load_activation(in + i);
       if (!isnan(v) && sd::order_key(v) >= key_min) z += static_cast<double>(expf((v - m) * inv_t));
     }
-    const double need = static_cast<double>(p.top_p) * detail::sample_sum(z, scratch);
+    const double need = static_cast<double>(p.top_p) * sample_sum(z, scratch);
     uint32_t t = 0;
     for (int bit = 31; bit >= 0; --bit) {
       const uint32_t cand = t | (1u << bit);
@@ -104,7 +115,7 @@ __device__ inline void gpu_run(const schedule::SamplePayload& p, const schedule:
         if (!isnan(v) && sd::order_key(v) >= key_min && sd::order_key(v) >= cand)
           s += static_cast<double>(expf((v - m) * inv_t));
       }
-      if (detail::sample_sum(s, scratch) >= need) t = cand;
+      if (sample_sum(s, scratch) >= need) t = cand;
     }
     if (t > key_min) key_min = t;
   }
@@ -115,15 +126,15 @@ __device__ inline void gpu_run(const schedule::SamplePayload& p, const schedule:
   for (uint32_t i = threadIdx.x; i < p.count; i += kThreads) {
     const float v = load_activation(in + i);
     if (isnan(v) || sd::order_key(v) < key_min) continue;
-    const float g = -logf(-logf(sd::uniform(seed, ctx.pos, i)));
+    const float g = -logf(-logf(sd::uniform(seed, pos, i)));
     const float x = v * inv_t + g;
-    if (index == 0xffffffffu || detail::gumbel_better(x, i, best, index)) best = x, index = i;
+    if (index == 0xffffffffu || gumbel_better(x, i, best, index)) best = x, index = i;
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, best, o);
     const uint32_t oi = __shfl_xor_sync(0xffffffffu, index, o);
-    if (oi != 0xffffffffu && (index == 0xffffffffu || detail::gumbel_better(ov, oi, best, index))) best = ov, index = oi;
+    if (oi != 0xffffffffu && (index == 0xffffffffu || gumbel_better(ov, oi, best, index))) best = ov, index = oi;
   }
   float* values = reinterpret_cast<float*>(scratch);
   uint32_t* indices = reinterpret_cast<uint32_t*>(values + kWarps);
@@ -132,11 +143,23 @@ __device__ inline void gpu_run(const schedule::SamplePayload& p, const schedule:
   block_sync();
   if (threadIdx.x == 0) {
     for (uint32_t w = 1; w < kWarps; ++w)
-      if (indices[w] != 0xffffffffu && (index == 0xffffffffu || detail::gumbel_better(values[w], indices[w], best, index)))
+      if (indices[w] != 0xffffffffu && (index == 0xffffffffu || gumbel_better(values[w], indices[w], best, index)))
         best = values[w], index = indices[w];
-    const int32_t token = index == 0xffffffffu ? 0 : static_cast<int32_t>(index);
-    *mem.at<int32_t>(p.out) = token;
-    if (ctx.next_tokens) ctx.next_tokens[0] = token;
+    write_token<kOne>(a, ctx, mem, r, index);
+  }
+}
+}  // namespace detail
+
+__device__ inline void gpu_run(const schedule::SamplePayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
+                               BlockContext& bc) {
+  detail::sample_row<true>(p, ctx, mem, bc.scratch, 0);
+}
+// Each row on its own (the same block, one after another), its draw keyed by its position.
+__device__ inline void gpu_rows(const schedule::SamplePayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
+                                unsigned char* scratch, uint32_t) {
+  for (uint32_t r = 0; r < ctx.rows; ++r) {
+    detail::sample_row<false>(p, ctx, mem, scratch, r);
+    block_sync();  // the scratch's readers done before the next row writes it
   }
 }
 

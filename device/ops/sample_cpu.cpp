@@ -66,7 +66,7 @@ int32_t sample_row(const schedule::SamplePayload& p, const float* in, uint32_t p
 void cpu_run(const schedule::SamplePayload& p, const schedule::StepContext& ctx, const TensorTable& mem) {
   for (uint32_t t = 0; t < ctx.rows; ++t) {
     const schedule::StepSegment& g = schedule::row_segment(ctx, t);
-    const int32_t token = sample_row(p, mem.at<const float>(p.in) + uint64_t{t} * p.count, schedule::row_position(g, t));
+    const int32_t token = sample_row(p, mem.at<const float>(p.in) + uint64_t{t} * p.count, schedule::row_position(ctx, g, t));
     mem.at<int32_t>(p.out)[t] = token;
     if (int32_t* next = schedule::next_token_of(ctx, g, t)) *next = token;
   }

@@ -690,14 +690,14 @@ TEST_CASE("a launch's watchdog report reaches tokens() when a later launch was q
   eo.tagged_handoff = false;  // every wait a counter's
   device::CudaExecutor exec(broken, eo);
   const int32_t token = 1;
-  exec.set_tokens(0, &token, 1);
+  exec.set_tokens(0, 0, &token, 1);
   size_t pending = 0;
   const std::optional<device::WatchdogError> report = watchdog_report([&] {
     exec.launch(0, 1, 1);
     std::this_thread::sleep_for(std::chrono::seconds(1));  // its watchdog has ended it by now
     exec.launch(1, 1, 1);  // takes back the first launch's event
     pending = exec.launches_pending();
-    exec.tokens(1, 2);  // written by the first launch
+    exec.tokens(0, 1, 2);  // written by the first launch
   });
   // The case this test is for: the first launch's event already taken back, so that tokens() had
   // nothing to wait for (had it been pending, tokens() would have waited on it and read the
