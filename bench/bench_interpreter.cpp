@@ -56,11 +56,26 @@ std::unique_ptr<device::CudaExecutor> executor(const schedule::Schedule& s, uint
   return exec;
 }
 
+// One more launch of `run`'s first step, traced: the per-op summary, PREFIX.json and .svg.
+void trace_run(device::CudaExecutor& exec, const schedule::Schedule& s, device::StepRun run, const std::string& prefix,
+               uint32_t context) {
+  run.steps = 1;
+  exec.enable_trace(true);
+  exec.timed_run(run);
+  const auto events = exec.read_trace();
+  exec.enable_trace(false);
+  device::TraceOptions topt;
+  topt.context = context;
+  std::cout << device::trace_summary(s, events, topt);
+  device::write_chrome_trace(s, events, prefix + ".json");
+  device::write_trace_svg(s, events, prefix + ".svg");
+}
+
 // Per step of `reps` launches of kDecodeChunk steps, g_batch sequences each at position
 // context - 1 on, in us.
-std::vector<double> run_batch(const schedule::Schedule& s, uint32_t context, uint32_t reps) {
+std::vector<double> run_batch(const schedule::Schedule& s, uint32_t context, uint32_t reps, const std::string& trace) {
   auto exec = executor(s, context + device::kDecodeChunk, g_batch);
-  device::StepRun run{{}, device::kDecodeChunk, 1};
+  device::StepRun run{{}, device::kDecodeChunk, 1, false};
   for (uint32_t i = 0; i < g_batch; ++i) {
     const int32_t token = static_cast<int32_t>(17 + i);
     exec->set_tokens(i, context - 1, &token, 1);
@@ -71,11 +86,13 @@ std::vector<double> run_batch(const schedule::Schedule& s, uint32_t context, uin
     const double t = exec->timed_run(run) * 1e3 / device::kDecodeChunk;
     if (i >= 3) us.push_back(t);
   }
+  if (!trace.empty()) trace_run(*exec, s, run, trace, context);
   return us;
 }
 
 // A prompt of `prompt` tokens prefilled `rows` a step from position 0: us of `reps` runs.
-std::vector<double> run_prefill(const schedule::Schedule& s, uint32_t prompt, uint32_t rows, uint32_t reps) {
+std::vector<double> run_prefill(const schedule::Schedule& s, uint32_t prompt, uint32_t rows, uint32_t reps,
+                                const std::string& trace) {
   auto exec = executor(s, prompt + 1, 1);
   std::vector<int32_t> ids(prompt);
   for (uint32_t i = 0; i < prompt; ++i) ids[i] = static_cast<int32_t>(i * 7 % 1000);
@@ -83,10 +100,13 @@ std::vector<double> run_prefill(const schedule::Schedule& s, uint32_t prompt, ui
   std::vector<double> us;
   for (uint32_t i = 0; i < reps + 2; ++i) {
     double ms = 0;
-    if (prompt / rows) ms += exec->timed_run({{{0, 0, rows, 0, prompt}}, prompt / rows, rows});
-    if (prompt % rows) ms += exec->timed_run({{{0, prompt / rows * rows, prompt % rows, 0, prompt}}, 1, rows});
+    if (prompt / rows) ms += exec->timed_run({{{0, 0, rows, 0, prompt}}, prompt / rows, rows, false});
+    if (prompt % rows) ms += exec->timed_run({{{0, prompt / rows * rows, prompt % rows, 0, prompt}}, 1, rows, false});
     if (i >= 2) us.push_back(ms * 1e3);
   }
+  // The traced step: the prompt's last full chunk (its longest context).
+  if (!trace.empty() && prompt >= rows)
+    trace_run(*exec, s, {{{0, (prompt / rows - 1) * rows, rows, 0, prompt}}, 1, rows, false}, trace, prompt);
   return us;
 }
 
@@ -161,7 +181,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch", g_batch, "decode this many sequences together, each at --context (at most the schedule's max_tokens)")
       ->check(CLI::Range(1u, 4096u))
       ->capture_default_str();
-  app.add_option("--prefill", prefill, "also time a prompt of this many tokens, prefilled --tokens-per-step rows a step");
+  app.add_option("--prefill", prefill, "time a prompt of this many tokens instead, prefilled --tokens-per-step rows a step");
   app.add_option("--tokens-per-step", per_step, "rows a prefill step (default: the schedule's max_tokens)");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -178,15 +198,16 @@ int main(int argc, char** argv) {
     if (prefill) {
       const uint32_t rows = per_step ? per_step : s.max_tokens;
       if (rows > s.max_tokens) throw std::invalid_argument("--tokens-per-step is more than the schedule's max_tokens");
-      const double us = median(run_prefill(s, prefill, rows, std::max(3u, reps / 6)));
+      const double us = median(run_prefill(s, prefill, rows, std::max(3u, reps / 6), trace));
       std::cout.precision(4);
       std::cout << path << ": prefill of a " << prefill << "-token prompt, " << rows << " rows a step: " << us / 1e3
                 << " ms (median), " << prefill / us * 1e6 << " tokens/s; weights " << weight_bytes / 1e9 << " GB read "
                 << (prefill + rows - 1) / rows << " times\n";
+      return 0;
     }
     if (g_batch > 1) {
       const double floor_us = (weight_bytes + kv_bytes) / schedule::kStreamBytesPerUs;
-      const double step = median(run_batch(s, context, reps));
+      const double step = median(run_batch(s, context, reps, trace));
       std::cout.precision(4);
       std::cout << path << " at context " << context << ", " << g_batch << " sequences a step: weights " << weight_bytes / 1e9
                 << " GB + KV " << kv_bytes / 1e9 << " GB, floor " << floor_us << " us\n"

@@ -108,7 +108,7 @@ std::vector<GenerateResult> generate_batch(Backend& b, const schedule::Schedule&
       while (k + n < steps.size() && steps[k + n].size() == 1 && steps[k + n][0].seq == steps[k][0].seq &&
              steps[k + n][0].rows == chunk)
         ++n;
-    StepRun run{{}, static_cast<uint32_t>(n), chunk};
+    StepRun run{{}, static_cast<uint32_t>(n), chunk, opt.keep_logits};
     uint32_t row = 0;
     for (const Piece& p : steps[k]) run.segments.push_back(segment(p, row)), row += p.rows;
     b.run_steps(run);
@@ -170,6 +170,7 @@ std::vector<GenerateResult> generate_batch(Backend& b, const schedule::Schedule&
     }
     if (next.seqs.empty()) return false;
     next.run.steps = n;
+    next.run.all_logits = opt.keep_logits;
     b.run_steps(next.run);
     queued.push_back(std::move(next));
     return true;

@@ -71,7 +71,8 @@ class EmulatorBackend : public Backend {
         last = std::max(last, segments[j].start + segments[j].rows - 1);
       }
       const schedule::StepContext ctx{last, opt_.max_context, ++generation_, run.rows(), kv_split_policy(s_, opt_.kv_splits),
-                                      static_cast<uint32_t>(segments.size()), 0, segments.data(), history_.data(),
+                                      static_cast<uint32_t>(segments.size()), 0,
+                                      run.all_logits ? schedule::kNone : s_.logits_tensor, segments.data(), history_.data(),
                                       nullptr};  // the emulator's own counters
       emulator_.run_step(ctx, {pointers_.data(), static_cast<uint32_t>(pointers_.size())}, opt_.order, opt_.seed + last);
     }

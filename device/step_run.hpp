@@ -18,6 +18,9 @@ struct StepRun {
   std::vector<schedule::StepSegment> segments;  // as at the first step
   uint32_t steps = 1;
   uint32_t advance = 1;
+  // Every row's logits (kept by the caller); else only those of the rows that feed their
+  // sequence's next token (StepContext::fed_logits).
+  bool all_logits = false;
   uint32_t rows() const {  // of each step
     uint32_t n = 0;
     for (const schedule::StepSegment& g : segments) n += g.rows;
@@ -26,7 +29,7 @@ struct StepRun {
 
   // One sequence (slot 0): positions [first, first + count), one a step, as decoding runs them.
   static StepRun decode(uint32_t first, uint32_t count, uint32_t fed_from) {
-    return StepRun{{schedule::StepSegment{0, first, 1, 0, fed_from}}, count, 1};
+    return StepRun{{schedule::StepSegment{0, first, 1, 0, fed_from}}, count, 1, true};
   }
 };
 // Refuses (std::invalid_argument, one line) a run this schedule and backend cannot take: no

@@ -159,6 +159,10 @@ struct StepContext {
   KvSplitPolicy kv_splits;
   uint32_t segment_count;
   uint32_t shift;               // added to every segment's start (a launch's later steps share its table)
+  // The logits tensor where the step needs its rows only for the rows that feed their sequence's
+  // next token (next_token_of): a prompt's rows before its last need none, and their LM head and
+  // argmax are skipped. kNone: every row's (the logits kept). At a step of several rows.
+  uint32_t fed_logits;
   const StepSegment* segments;  // [segment_count]
   int32_t* history;             // [slots][max_context + 1]
   uint32_t* counters;  // [counter_count] the executing side's counters: an op whose tasks combine
@@ -186,6 +190,11 @@ MK_HD inline int32_t* history_at(const StepContext& c, uint32_t slot, uint32_t p
 MK_HD inline int32_t* next_token_of(const StepContext& c, const StepSegment& g, uint32_t r) {
   const uint32_t q = row_position(c, g, r);
   return q + 1 >= g.fed_from ? history_at(c, g.slot, q + 1) : nullptr;
+}
+// Whether row r's values of `tensor` are needed: every row's, but the logits (StepContext::fed_logits)
+// only where the row feeds its sequence's next token.
+MK_HD inline bool row_needed(const StepContext& c, uint32_t tensor, uint32_t r) {
+  return tensor != c.fed_logits || next_token_of(c, row_segment(c, r), r) != nullptr;
 }
 
 // An op whose tasks combine their results: each task, once its part is written, adds one to the

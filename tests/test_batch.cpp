@@ -243,14 +243,14 @@ TEST_CASE("batch: what cannot run is refused before anything runs, with one clea
 
   // Runs the backend refuses (check_step_run).
   using mk::schedule::StepSegment;
-  CHECK_THROWS_WITH(b->run_steps({{StepSegment{0, 0, 5, 0, 0}}, 1, 1}),
+  CHECK_THROWS_WITH(b->run_steps({{StepSegment{0, 0, 5, 0, 0}}, 1, 1, true}),
                     "a step of 5 tokens is more than the schedule's max_tokens (4); plan with mkplan --max-tokens 5");
-  CHECK_THROWS_WITH(b->run_steps({{StepSegment{1, 0, 1, 0, 0}, StepSegment{1, 4, 1, 1, 0}}, 1, 1}),
+  CHECK_THROWS_WITH(b->run_steps({{StepSegment{1, 0, 1, 0, 0}, StepSegment{1, 4, 1, 1, 0}}, 1, 1, true}),
                     "slot 1 appears twice in one step");
-  CHECK_THROWS_WITH(b->run_steps({{StepSegment{6, 0, 1, 0, 0}}, 1, 1}), "sequence slot 6 is outside the backend's 6 slots");
-  CHECK_THROWS_WITH(b->run_steps({{StepSegment{0, 30, 2, 0, 0}}, 2, 1}), "position 32 is beyond the KV cache (32)");
-  CHECK_THROWS_WITH(b->run_steps({{StepSegment{0, 0, 0, 0, 0}}, 1, 1}), "a step holds an empty run of positions");
-  CHECK_THROWS_WITH(b->run_steps({{}, 1, 1}), "a step needs at least one sequence");
+  CHECK_THROWS_WITH(b->run_steps({{StepSegment{6, 0, 1, 0, 0}}, 1, 1, true}), "sequence slot 6 is outside the backend's 6 slots");
+  CHECK_THROWS_WITH(b->run_steps({{StepSegment{0, 30, 2, 0, 0}}, 2, 1, true}), "position 32 is beyond the KV cache (32)");
+  CHECK_THROWS_WITH(b->run_steps({{StepSegment{0, 0, 0, 0, 0}}, 1, 1, true}), "a step holds an empty run of positions");
+  CHECK_THROWS_WITH(b->run_steps({{}, 1, 1, true}), "a step needs at least one sequence");
 
   // KV caches for every slot that do not fit in memory: the bytes they need.
   o.slots = 4000;

@@ -191,7 +191,7 @@ __device__ void counter_signal(const KernelParams& p, const schedule::Instructio
 template <bool kRows>
 __device__ void execute(const schedule::Instruction& inst, const schedule::StepContext& ctx, const TensorTable& mem,
                         BlockContext& bc) {
-  if constexpr (kRows) schedule::visit_payload(inst, [&](const auto& payload) { gpu_rows(payload, ctx, mem, bc.scratch, bc.scratch_bytes); });
+  if constexpr (kRows) schedule::visit_payload(inst, [&](const auto& payload) { gpu_rows(payload, ctx, mem, bc); });
   else schedule::visit_payload(inst, [&](const auto& payload) { gpu_run(payload, ctx, mem, bc); });
 }
 
@@ -629,7 +629,9 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   st_->layouts = tensor_layouts(s);  // before any allocation: it may refuse the schedule
   for (size_t i = 0; i < s.tensors.size(); ++i) {
     const schedule::Tensor& t = s.tensors[i];
-    const size_t n = t.elements() * (t.role == schedule::Role::kv_cache ? size_t{opt.max_context} * opt.slots : s.max_tokens);
+    const size_t n = t.elements() * (t.role == schedule::Role::kv_cache ? size_t{opt.max_context} * opt.slots
+                                     : t.role == schedule::Role::weight ? 1
+                                                                        : s.max_tokens);
     st_->sizes[i] = n * schedule::dtype_bytes(t.dtype);
     check(cudaMalloc(&st_->buffers[i], st_->sizes[i]), ("cudaMalloc for " + t.name).c_str());
     if (t.role != schedule::Role::weight)  // poison: all-ones bytes are NaN in f32 and bf16 (and stale when tagged)
@@ -804,7 +806,8 @@ void CudaExecutor::launch(const StepRun& run) {
     }
     p.ctx = schedule::StepContext{last, st_->opt.max_context, st_->generation + 1, rows,
                                   schedule::kv_split_policy(*st_->s, st_->opt.kv_splits),
-                                  static_cast<uint32_t>(run.segments.size()), 0, nullptr, nullptr, p.counters};
+                                  static_cast<uint32_t>(run.segments.size()), 0,
+                                  run.all_logits ? schedule::kNone : st_->s->logits_tensor, nullptr, nullptr, p.counters};
     p.steps = per_launch;
     p.advance = run.advance;
     st_->generation += per_launch;

@@ -98,6 +98,7 @@ __device__ __forceinline__ void argmax_body(const schedule::ArgmaxPayload& p, co
   int32_t* parts = p.tasks > 1 ? mem.at<int32_t>(p.parts) : nullptr;
   const uint32_t rows = kOne ? 1 : ctx.rows;
   for (uint32_t r = 0; r < rows; ++r) {
+    if (!kOne && !schedule::row_needed(ctx, p.in, r)) continue;  // a token nobody reads, of logits not made
     float best;
     uint32_t index;
     argmax_range(mem.at<const float>(p.in) + uint64_t{r} * p.count, p.begin, p.end, best, index, scratch);
@@ -120,6 +121,7 @@ __device__ __forceinline__ void argmax_body(const schedule::ArgmaxPayload& p, co
   block_sync();
   if (!last) return;
   for (uint32_t r = 0; r < rows; ++r) {
+    if (!kOne && !schedule::row_needed(ctx, p.in, r)) continue;
     float best = -INFINITY;
     uint32_t index = 0xffffffffu;
     const int32_t* row = parts + uint64_t{r} * p.tasks * 2;
@@ -139,8 +141,8 @@ __device__ inline void gpu_run(const schedule::ArgmaxPayload& p, const schedule:
   detail::argmax_body<true>(p, ctx, mem, bc.scratch);
 }
 __device__ inline void gpu_rows(const schedule::ArgmaxPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
-                                unsigned char* scratch, uint32_t) {
-  detail::argmax_body<false>(p, ctx, mem, scratch);
+                                BlockContext& bc) {
+  detail::argmax_body<false>(p, ctx, mem, bc.scratch);
 }
 
 }  // namespace mk::device

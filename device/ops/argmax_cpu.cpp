@@ -22,6 +22,7 @@ void write_token(const schedule::ArgmaxPayload& p, const schedule::StepContext& 
 void cpu_run(const schedule::ArgmaxPayload& p, const schedule::StepContext& ctx, const TensorTable& mem) {
   int32_t* parts = p.tasks == 1 ? nullptr : mem.at<int32_t>(p.parts);
   for (uint32_t t = 0; t < ctx.rows; ++t) {
+    if (!schedule::row_needed(ctx, p.in, t)) continue;  // a token nobody reads, of logits not made
     const float* in = mem.at<const float>(p.in) + uint64_t{t} * p.count;
     uint32_t best = 0xffffffffu;  // none yet: all NaN or -inf gives 0
     float best_value = -INFINITY;
@@ -39,6 +40,7 @@ void cpu_run(const schedule::ArgmaxPayload& p, const schedule::StepContext& ctx,
   if (!ctx.counters) throw std::logic_error("an argmax split in tasks needs the executing side's counters (StepContext::counters)");
   if (!schedule::last_ticket(ctx.counters[p.ticket]++, p.tasks, ctx.generation)) return;
   for (uint32_t t = 0; t < ctx.rows; ++t) {
+    if (!schedule::row_needed(ctx, p.in, t)) continue;
     uint32_t best = 0xffffffffu;
     float best_value = -INFINITY;
     for (uint32_t k = 0; k < p.tasks; ++k) {

@@ -301,8 +301,8 @@ __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedu
 }
 // A step of several rows (attention_rows.cuh).
 __device__ inline void gpu_rows(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
-                                unsigned char* scratch, uint32_t scratch_bytes) {
-  detail::attention_rows_body(p, ctx, mem, scratch, scratch_bytes);
+                                BlockContext& bc) {
+  detail::attention_rows_body(p, ctx, mem, bc.scratch, bc.scratch_bytes, bc.ring.full, bc.ring.count, bc.ring.next_tile);
 }
 
 }  // namespace mk::device

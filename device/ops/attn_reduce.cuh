@@ -93,7 +93,7 @@ __device__ inline void gpu_run(const schedule::AttnReducePayload& p, const sched
   detail::attn_reduce_body(p, ctx, mem);
 }
 __device__ inline void gpu_rows(const schedule::AttnReducePayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
-                                unsigned char*, uint32_t) {
+                                BlockContext& bc) {
   if (p.bypassed && schedule::short_step(ctx)) return;
   detail::attn_reduce_body(p, ctx, mem);
 }

@@ -62,8 +62,8 @@ __device__ inline void gpu_run(const schedule::EmbedPayload& p, const schedule::
   detail::embed_body<true>(p, ctx, mem, bc.scratch);
 }
 __device__ inline void gpu_rows(const schedule::EmbedPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
-                                unsigned char* scratch, uint32_t) {
-  detail::embed_body<false>(p, ctx, mem, scratch);
+                                BlockContext& bc) {
+  detail::embed_body<false>(p, ctx, mem, bc.scratch);
 }
 
 }  // namespace mk::device

@@ -428,8 +428,8 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
 }
 // A step of several rows (matvec_rows.cuh).
 __device__ inline void gpu_rows(const schedule::MatvecPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
-                                unsigned char* scratch, uint32_t scratch_bytes) {
-  detail::matvec_rows_body(p, ctx, mem, scratch, scratch_bytes);
+                                BlockContext& bc) {
+  detail::matvec_rows_body(p, ctx, mem, bc.scratch, bc.scratch_bytes, bc.ring.full, bc.ring.count, bc.ring.next_tile);
 }
 
 }  // namespace mk::device

@@ -12,6 +12,7 @@ void cpu_run(const schedule::MatvecPayload& p, const schedule::StepContext& ctx,
   const uint32_t width = schedule::matvec_out_width(p);  // elements of an output row
   std::vector<float> x(p.cols);
   for (uint32_t t = 0; t < ctx.rows; ++t) {
+    if (!schedule::row_needed(ctx, p.out, t)) continue;  // logits nobody reads
     const float* in = mem.at<const float>(p.in) + uint64_t{t} * p.cols;
     x.assign(in, in + p.cols);
     if (p.norm != schedule::kNone) {

@@ -156,9 +156,10 @@ __device__ inline void gpu_run(const schedule::SamplePayload& p, const schedule:
 }
 // Each row on its own (the same block, one after another), its draw keyed by its position.
 __device__ inline void gpu_rows(const schedule::SamplePayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
-                                unsigned char* scratch, uint32_t) {
+                                BlockContext& bc) {
   for (uint32_t r = 0; r < ctx.rows; ++r) {
-    detail::sample_row<false>(p, ctx, mem, scratch, r);
+    if (!schedule::row_needed(ctx, p.in, r)) continue;  // a token nobody reads, of logits not made
+    detail::sample_row<false>(p, ctx, mem, bc.scratch, r);
     block_sync();  // the scratch's readers done before the next row writes it
   }
 }

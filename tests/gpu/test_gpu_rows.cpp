@@ -93,13 +93,14 @@ void compare_ops_rows(const std::string& example, uint32_t max_tokens, std::vect
                       uint32_t max_context, schedule::KvSplitPolicy policy) {
   const int sms = device::cuda_device_sm_count();
   const planner::Plan plan = plan_rows(example, max_tokens);
+  const uint64_t vocab = plan.schedule.tensors[plan.schedule.logits_tensor].elements();
   std::vector<int32_t> history(size_t{slots} * (max_context + 1), -1);
   std::mt19937 rng(7);
   uint32_t rows = 0;
   for (StepSegment& g : segments) {
     g.row_begin = rows;
     rows += g.rows;
-    for (uint32_t q = g.start; q < g.start + g.rows; ++q) history[size_t{g.slot} * (max_context + 1) + q] = static_cast<int32_t>(rng() % 500);
+    for (uint32_t q = g.start; q < g.start + g.rows; ++q) history[size_t{g.slot} * (max_context + 1) + q] = static_cast<int32_t>(rng() % vocab);
   }
   CAPTURE(rows);
   for (uint32_t op = 0; op < plan.schedule.ops.size(); ++op) {
@@ -115,7 +116,7 @@ void compare_ops_rows(const std::string& example, uint32_t max_tokens, std::vect
     for (uint32_t t = 0; t < s.tensors.size(); ++t) gpu.upload(t, cpu.bytes[t].data(), cpu.bytes[t].size());
     for (uint32_t slot = 0; slot < slots; ++slot)
       gpu.set_tokens(slot, 0, history.data() + size_t{slot} * (max_context + 1), max_context + 1);
-    gpu.launch(device::StepRun{segments, 1, 1});
+    gpu.launch(device::StepRun{segments, 1, 1, true});
     gpu.finish();
     std::vector<uint32_t> counters(s.counter_count, 0);
     std::vector<int32_t> cpu_history = history;
