@@ -1,5 +1,5 @@
 // Fuzzes the schedule reader through execution: bytes -> deserialize (every field validated)
-// -> three decode steps on the CPU emulator with generated weights. A schedule the reader
+// -> a step of two rows (where the schedule's max_tokens allows) and one-row steps on the CPU emulator with generated weights. A schedule the reader
 // accepts must never make an op body read or write out of bounds (AddressSanitizer sees it).
 // Refusals (ScheduleError, DeadlockError) are expected. The harness fixes the checksum and the
 // size field, so that mutations reach the validator instead of stopping at the checksum.
@@ -10,6 +10,7 @@
 
 #include "device/emulator.hpp"
 #include "schedules/schedule.hpp"
+#include "tests/step_context.hpp"
 
 namespace {
 
@@ -36,27 +37,35 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // Memory for every tensor: weights of small values, everything else poisoned as mkrun does.
   uint64_t total = 0;
-  for (const Tensor& t : s.tensors) total += t.elements() * dtype_bytes(t.dtype) * (t.role == Role::kv_cache ? kContext : 1);
+  const auto rows_of = [&](const Tensor& t) -> uint64_t { return t.role == Role::kv_cache ? kContext : s.max_tokens; };
+  for (const Tensor& t : s.tensors) total += t.elements() * dtype_bytes(t.dtype) * rows_of(t);
   if (total > kMaxBytes) return 0;  // valid but too big to run here
   std::vector<std::vector<uint8_t>> buffers(s.tensors.size());
   std::vector<void*> pointers(s.tensors.size());
   for (size_t i = 0; i < s.tensors.size(); ++i) {
     const Tensor& t = s.tensors[i];
-    const uint64_t n = t.elements() * dtype_bytes(t.dtype) * (t.role == Role::kv_cache ? kContext : 1);
+    const uint64_t n = t.elements() * dtype_bytes(t.dtype) * rows_of(t);
     buffers[i].assign(n, t.role == Role::weight ? 0x3c : 0xff);  // 0x3c3c: bf16 0.0115
     pointers[i] = buffers[i].data();
   }
   mk::device::Emulator emulator(s);
   const mk::device::TensorTable table{pointers.data(), static_cast<uint32_t>(pointers.size())};
   try {
-    int32_t tokens[4] = {0, 1, 2, 3};  // each step feeds the next, as in mkrun
-    // The file's KvSplitPolicy (short steps where its short_positions reach the position), then
-    // every split and no short step, so that both signal lists run whatever the file says.
-    for (uint32_t pos = 0; pos < 3; ++pos)
-      emulator.run_step({pos, kContext, pos + 1, 1, pos < 2 ? s.kv_splits : mk::schedule::KvSplitPolicy{0, 0}, tokens + pos,
-                         tokens + pos + 1, nullptr},  // counters: the emulator's own
-                        table,
+    // A prompt of four tokens (history of slot 0); each step feeds the next, as in mkrun. The
+    // first step runs two rows where the schedule allows, then one row a step. The file's
+    // KvSplitPolicy first, then every split and no short step, so that both signal lists run.
+    std::vector<int32_t> history(kContext + 1, -1);
+    for (uint32_t q = 0; q < kContext; ++q) history[q] = static_cast<int32_t>(q);
+    const uint32_t first = s.max_tokens >= 2 ? 2 : 1;
+    uint32_t generation = 0;
+    for (uint32_t pos = 0; pos < 3;) {
+      const uint32_t rows = pos == 0 ? first : 1;
+      std::vector<StepSegment> segments{{0, pos, rows, 0, pos + rows}};
+      const KvSplitPolicy policy = pos < 2 ? s.kv_splits : KvSplitPolicy{0, 0};
+      emulator.run_step(mk::test::step_context(segments, history, kContext, ++generation, policy), table,
                         size % 2 ? mk::device::Order::shuffled : mk::device::Order::deterministic, pos);
+      pos += rows;
+    }
   } catch (const mk::device::DeadlockError&) {
   }
   return 0;
