@@ -58,7 +58,7 @@ namespace detail {
 // What the set-up needs that depends on the payload and the position only, prepared during the
 // counter wait (gpu_prefetch) and read after the barrier that ends it: RoPE's cos and sin of
 // each pair and the q and k norm weights in f32. In the body they cost a global round trip (the
-// norm weights) and powf and sincosf per lane on the chain (bench/NOTES.md entry 56).
+// norm weights) and powf and sincosf per lane on the chain (docs/notes.md entry 56).
 static __shared__ float2 rope_cs[schedule::kMaxHeadDim / 2];      // (cos, sin) of pair j
 static __shared__ float norm_weights[2][schedule::kMaxHeadDim];  // q's, then k's (when normed)
 }  // namespace detail
@@ -157,7 +157,7 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
     // warp rep k and warp rep + 1 v; each normed (q, k) and roped (q, k) by its warp with the
     // tables of the wait, then q written for the tensor cores and k and v to the cache (last
     // split). Warps rep + 2 on zero the tensor-core rows of the heads past rep. (Five block
-    // barriers before: bench/NOTES.md 54.)
+    // barriers before: docs/notes.md 54.)
     if (warp < rep + 2) {
       const bool is_q = warp < rep, is_k = warp == rep;
       float* v = is_q ? q + warp * hd : is_k ? kcur : vcur;
@@ -218,7 +218,7 @@ __device__ __noinline__ uint32_t attention_body(const schedule::AttentionPayload
     // A unit of few tiles thus has several warps on each (every tile the first of its stage in
     // the unit, whose earlier occupant has been consumed, so that any warp may wait for it);
     // a long one a warp per stage. (Every warp waiting for every tile, blocks dealt across the
-    // tiles: 16 times the loop's overhead at 8K; bench/NOTES.md entry 56.)
+    // tiles: 16 times the loop's overhead at 8K; docs/notes.md entry 56.)
     const schedule::AttentionSplit sp = schedule::attention_split(s, A, ctx.pos);
     const uint32_t tiles = (sp.end - sp.begin + per - 1) / per, count = ring.count, n = min(tiles, count);
     WarpAttention wa;
@@ -302,7 +302,7 @@ __device__ inline void gpu_run(const schedule::AttentionPayload& p, const schedu
 // A step of several rows (attention_rows.cuh).
 __device__ inline void gpu_rows(const schedule::AttentionPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                 BlockContext& bc) {
-  detail::attention_rows_body(p, ctx, mem, bc.scratch, bc.scratch_bytes, bc.ring.full, bc.ring.count, bc.ring.next_tile);
+  detail::attention_rows_body(p, ctx, mem, bc.scratch, bc.scratch_bytes);
 }
 
 }  // namespace mk::device

@@ -12,7 +12,6 @@
 #include "device/cuda/async_copy.cuh"
 #include "device/cuda/block.cuh"
 #include "device/cuda/handoff.cuh"
-#include "device/cuda/ring.cuh"
 #include "device/cuda_limits.hpp"
 #include "device/memory.hpp"
 #include "device/ops/attention_layout.hpp"
@@ -59,8 +58,7 @@ __device__ __forceinline__ unsigned char* align16(unsigned char* p) {
 
 // Out of line, with its own register allocation (as every op body).
 __device__ __noinline__ void attention_rows_body(const schedule::AttentionPayload& p, schedule::StepContext ctx, TensorTable mem,
-                                                 unsigned char* scratch, uint32_t scratch_bytes, uint64_t* bars, uint32_t nbars,
-                                                 uint32_t& fills) {
+                                                 unsigned char* scratch, uint32_t scratch_bytes) {
   const uint32_t hd = p.head_dim, rep = p.heads / p.kv_heads, S = p.kv_splits;
   const uint32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const uint64_t qkv_width = uint64_t{p.heads + 2 * p.kv_heads} * hd;
@@ -172,28 +170,30 @@ __device__ __noinline__ void attention_rows_body(const schedule::AttentionPayloa
         const uint32_t qaddr = smem_addr(qa + it * kQRows * qs);
         WarpAttention wa;
         wa.reset();
-        // The cached positions [C0, C1), a tile of TP at a time, the next one's copies in flight:
-        // k and v of a tile are one bulk copy each (the cache holds a kv head's positions in a
-        // row), on the ring's mbarriers as the matvec's stages (fill f: barrier f % count).
+        // The cached positions [C0, C1), a tile of TP at a time, the next one's copies in flight.
         const uint32_t tiles_n = C1 > C0 ? (C1 - C0 + TP - 1) / TP : 0;
-        const uint64_t policy = evict_first_policy();
         auto issue = [&](uint32_t tt) {
-          if (tid != 0) return;
           uint16_t* k = tk[tt % 2];
           uint16_t* v = k + TP * hd;
-          const uint32_t p0 = C0 + tt * TP, count = min(TP, C1 - p0);
-          uint64_t* bar = bars + (fills + tt) % nbars;
-          mbar_expect_bytes(bar, 2 * count * hd * 2);
-          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-          bulk_copy(k, kc + uint64_t{p0} * hd, count * hd * 2, bar, policy);
-          bulk_copy(v, vc + uint64_t{p0} * hd, count * hd * 2, bar, policy);
+          const uint32_t p0 = C0 + tt * TP;
+          for (uint32_t i = tid; i < TP * hd / 8; i += kThreads) {
+            const uint32_t pp = i / (hd / 8), c = i % (hd / 8) * 8, ok = p0 + pp < C1 ? 16 : 0;
+            const uint64_t src = uint64_t{ok ? p0 + pp : C0} * hd + c;
+            cp_async16(k + pp * hd + c, kc + src, ok);
+            cp_async16(v + pp * hd + c, vc + src, ok);
+          }
+          cp_async_commit();
         };
         if (tiles_n) issue(0);
         block_sync();  // the q rows written
-        if (handoff.failed) return;
+        if (handoff.failed) {
+          cp_async_wait(0);
+          return;
+        }
         for (uint32_t tt = 0; tt < tiles_n; ++tt) {
           if (tt + 1 < tiles_n) issue(tt + 1);
-          mbar_wait(bars + (fills + tt) % nbars, ((fills + tt) / nbars) & 1);
+          cp_async_wait(tt + 1 < tiles_n ? 1 : 0);
+          block_sync();
           const uint32_t p0 = C0 + tt * TP, count = min(TP, C1 - p0);
           const uint32_t k = smem_addr(tk[tt % 2]), v = k + TP * hd * 2;
           if (working)
@@ -201,7 +201,6 @@ __device__ __noinline__ void attention_rows_body(const schedule::AttentionPayloa
               wa.add_masked(qaddr, k + b * 16 * hd * 2, v + b * 16 * hd * 2, p0 + b * 16, min(16u, count - b * 16), hd, rlo, rhi);
           block_sync();  // done with the tile before its buffer is copied into again
         }
-        fills += tiles_n;
         // The segment's own positions [N0, N1), from the k and v computed above.
         if (working)
           for (uint32_t b = share; N0 + b * 16 < N1; b += sharers) {

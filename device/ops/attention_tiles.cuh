@@ -90,7 +90,7 @@ struct WarpAttention {
 
   // With HD known, the step is unrolled without a bound check between a multiply and the next
   // loads, so they are issued ahead: one warp's block of 16 positions 527 -> 349 ns at head_dim
-  // 64, 769 -> 486 at 128 (bench/probes/attend.cu, NOTES 97). The scores' k loop is unrolled
+  // 64, 769 -> 486 at 128 (bench/probes/attend.cu, docs/notes.md 97). The scores' k loop is unrolled
   // by two only, and their sum kept in one chain: unrolled whole and in two chains it took 305
   // and 379 ns, but the body needed registers that the kernel's loop then gave up to spills
   // (40 bytes, +1 to +6 % a step).

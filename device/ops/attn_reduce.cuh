@@ -21,7 +21,7 @@ void gpu_activations(const schedule::AttnReducePayload& p, F&& f) {
 namespace detail {
 // Out of line, as the attention's and the matvec's bodies are, so that its poll takes no part
 // in the kernel loop's register allocation (inlined, a variant of it made the loop spill 12
-// bytes instead of 8; bench/NOTES.md 117).
+// bytes instead of 8; docs/notes.md 117).
 __device__ __noinline__ void attn_reduce_body(const schedule::AttnReducePayload& p, schedule::StepContext ctx, TensorTable mem) {
   const float* in = mem.at<const float>(p.in);
   float* out = mem.at<float>(p.out);
@@ -43,8 +43,8 @@ __device__ __noinline__ void attn_reduce_body(const schedule::AttnReducePayload&
     // max, sum and value loaded together and folded in by an online rescale: a round of polling
     // is one L2 round trip per kBatch splits. Two passes (the maxima first, then the sums and
     // values with the max known) took two round trips per eight splits, four at 16 splits
-    // (bench/NOTES.md 121). A batch is taken whole without a branch, the splits past A reading
-    // split A - 1 again with weight 0: a remainder loop ran one dependent load at a time (NOTES
+    // (docs/notes.md 121). A batch is taken whole without a branch, the splits past A reading
+    // split A - 1 again with weight 0: a remainder loop ran one dependent load at a time (docs/notes.md
     // 110). Up to kBatch splits the sums are those of two passes, bit for bit (one batch, and M
     // is -inf before it). Tagged partials (no counter to wait for) are polled: each value's
     // lowest bit says whether this step wrote it, and the thread loads all of its values again

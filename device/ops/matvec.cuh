@@ -32,12 +32,12 @@ void gpu_activations(const schedule::MatvecPayload& p, F&& f) {
 }
 
 // The tile geometry's integer divisions (by the columns, the block, the rows a tile) cost a
-// task ~0.45 us wherever they ran in its body (bench/NOTES.md 54-55); in gpu_prefetch they ran
+// task ~0.45 us wherever they ran in its body (docs/notes.md 54-55); in gpu_prefetch they ran
 // beside the counter wait, which the tagged hand-offs shortened to ~0.1 us. The executor works
 // them out once per instruction on the host (gpu_prepare) into the payload's spare bytes of its
 // device copy, where the producer and the body read them.
 // A tile's row group j / blocks is magic_divide(j, magic): a multiply-high where a division is
-// ~20 instructions, for every tile, in the producer and the consumers (bench/NOTES.md 113-114);
+// ~20 instructions, for every tile, in the producer and the consumers (docs/notes.md 113-114);
 // gpu_prepare checks that it is exact for every tile of the task. block, blocks and per share a
 // word, so that the geometry fits the 20 spare bytes: block (12 bits; 0 where blocks is 1, whose
 // tiles are whole rows), blocks (12) and per (8: at most 255 rows a tile, which only rows of
@@ -99,7 +99,7 @@ __device__ inline const MatvecGeometry& matvec_geometry(const schedule::MatvecPa
 
 // The task's weights as ring tiles, in order: each weight segment's rows, whole rows per tile
 // where two rows fit a stage (Llama-3.1-8B's rows of 4096 stream at the SM's share as two whole
-// rows, at 93 % as four pieces of 4 KB, bench/NOTES.md 59), else groups of four rows cut into
+// rows, at 93 % as four pieces of 4 KB, docs/notes.md 59), else groups of four rows cut into
 // near-equal column blocks of at most 2048 columns. Either way a bulk copy per row (piece): the
 // SM's own loads and signals queue behind its copies in flight, and shorter copies let them
 // through sooner (one 16 KB copy per tile instead: Llama-3.1-8B +50 us, Qwen3-4B +27, entry 64).
@@ -234,7 +234,7 @@ __device__ __forceinline__ float warp_sum4(float a0, float a1, float a2, float a
 
 // NR rows (NR <= 4) of a tile against x, lane chunks (8 columns each) first, first + step, ...:
 // all NR + 2 loads of a chunk issued before the first use (a row tested per chunk serialised
-// them: bench/NOTES.md entry 53).
+// them: docs/notes.md entry 53).
 template <uint32_t NR>
 __device__ __forceinline__ void dot_rows(const uint4* row, uint32_t n8, const float4* xlo, const float4* xhi, uint32_t first,
                                          uint32_t step, float (&a)[4]) {
@@ -253,7 +253,7 @@ __device__ __forceinline__ void dot_rows(const uint4* row, uint32_t n8, const fl
 // so each slice of x is read from shared memory once per four rows. x is held as two planes
 // (columns 8c..8c+3 at xlo[c], 8c+4..8c+7 at xhi[c]): 16-byte reads, no bank conflicts. The
 // stride is a constant: a warp's slice of a tile shared with others (a stride of 32 times their
-// number, known at run time) took 0.95 us a tile against 0.85 (bench/NOTES.md 95).
+// number, known at run time) took 0.95 us a tile against 0.85 (docs/notes.md 95).
 __device__ __forceinline__ void consume_tile(const WeightTile& t, const uint16_t* w, const float4* xlo, const float4* xhi,
                                              float* acc) {
   const uint32_t lane = threadIdx.x % 32, n8 = t.cols / 8, c0 = t.col0 / 8, first = lane, step = 32;
@@ -319,7 +319,7 @@ __device__ __forceinline__ uint32_t load_input(const float* in, const uint2* nor
 // Out of line, like the attention's body, with everything the kernel keeps in registers passed
 // by value: inlined, the body shared the kernel's registers (128 then) with the interpreter's loop
 // state, and moving it out gave it a register allocation of its own (Llama-3.2-1B 1128 -> 1094
-// us, bench/NOTES.md); and given nothing it does not use (the step's context). Returns the
+// us, docs/notes.md); and given nothing it does not use (the step's context). Returns the
 // ring's tile counter after its tiles.
 __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, TensorTable mem,
                                              unsigned char* scratch, WeightRing ring_state, uint64_t* trace) {
@@ -348,7 +348,7 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
   for (uint32_t i = tid; i < 2 * rows; i += kThreads) acc[i] = 0;
   // The input and the residual, loaded again by the whole block while any thread finds a value
   // not yet this step's (handoff.cuh): the check is the reduction of the barrier the block needs
-  // before its tiles anyway, not a branch per thread (NOTES 105).
+  // before its tiles anyway, not a branch per thread (docs/notes.md 105).
   const uint32_t bit = detail::handoff.bit;
   float ss;
   uint64_t start = 0;
@@ -429,7 +429,7 @@ __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule:
 // A step of several rows (matvec_rows.cuh).
 __device__ inline void gpu_rows(const schedule::MatvecPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                 BlockContext& bc) {
-  detail::matvec_rows_body(p, ctx, mem, bc.scratch, bc.scratch_bytes, bc.ring.full, bc.ring.count, bc.ring.next_tile);
+  detail::matvec_rows_body(p, ctx, mem, bc.scratch, bc.scratch_bytes);
 }
 
 }  // namespace mk::device

@@ -7,7 +7,6 @@
 // about 16 bits, so the rows agree with the one-row body to f32 rounding, not bf16's.
 #pragma once
 #include "device/cuda/async_copy.cuh"
-#include "device/cuda/ring.cuh"
 #include "device/cuda/block.cuh"
 #include "device/cuda/handoff.cuh"
 #include "device/cuda_limits.hpp"
@@ -59,8 +58,7 @@ __device__ inline const uint16_t* weight_row(const schedule::MatvecPayload& p, c
 
 // Out of line, with its own register allocation (as every op body).
 __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, schedule::StepContext ctx, TensorTable mem,
-                                              unsigned char* scratch, uint32_t scratch_bytes, uint64_t* bars, uint32_t nbars,
-                                              uint32_t& fills) {
+                                              unsigned char* scratch, uint32_t scratch_bytes) {
   const uint32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul), norm = p.norm != schedule::kNone;
   const uint32_t cols = p.cols, rows = p.row_end - p.row_begin, width = schedule::matvec_out_width(p);
@@ -93,7 +91,7 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
     if (L.kb == 64 || 3 * L.stage_bytes <= room) break;
     L.kb -= 64;
   }
-  L.stages = min(min(kMaxStagesRows, nbars), room / L.stage_bytes);
+  L.stages = min(kMaxStagesRows, room / L.stage_bytes);
   if (L.stages < 2) __trap();  // the executor's shared memory is too small for this step's rows
   auto w_of = [&](uint32_t s) { return reinterpret_cast<uint16_t*>(stage0 + s * L.stage_bytes); };
   auto x_of = [&](uint32_t s) { return reinterpret_cast<float*>(stage0 + s * L.stage_bytes + L.w_bytes()); };
@@ -105,42 +103,27 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
   const uint32_t kblocks = (cols + KB - 1) / KB, bit = handoff.bit, x_chunks = n * (KB / 4);
   // Stage s's copies of column block kb: the weight rows (zeros past the task's rows and the
   // columns), the input rows, the norm weight's columns.
-  // Stage s's copies of column block kb, a bulk copy per weight row, per input row and for the
-  // norm weight's columns, issued by warp 0's lanes on the fill's mbarrier (the ring's, which a
-  // step of several rows leaves free; fill f takes barrier f % count, phase f / count): the SM's
-  // copy engine keeps a stage's bytes in flight as the weight ring does (16-byte cp.async from
-  // every thread streamed at ~5 GB/s an SM on the H100, an eighth of its share). Rows past the
-  // task's keep whatever the stage held: their sums are never stored.
-  const uint64_t policy = evict_first_policy();
-  auto issue = [&](uint32_t s, uint32_t kb, uint32_t fill) {
-    if (warp != 0) return;
+  // Stage s's copies of column block kb: 16 bytes a thread a copy, the weight rows (zeros past the
+  // task's rows and the columns), the input rows, the norm weight's columns. (Bulk copies on the
+  // ring's mbarriers, issued by one warp, were slower here and wrong: H100, 2026-12-06.)
+  auto issue = [&](uint32_t s, uint32_t kb) {
     const uint32_t c0 = kb * KB, valid = min(KB, cols - c0);
-    uint64_t* bar = bars + fill % nbars;
-    uint32_t total = n * valid * 4 + (norm ? valid * 2 : 0);
-    for (uint32_t r = 0; r < L.weights; ++r) total += wrow[r] ? valid * 2 : 0;
-    if (lane == 0) mbar_expect_bytes(bar, total);
-    // The stage's bytes were last written in the generic proxy (a re-poll, a tail's zeros).
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    __syncwarp();
     uint16_t* w = w_of(s);
-    for (uint32_t r = lane; r < L.weights; r += 32)
-      if (wrow[r]) bulk_copy(w + r * ws, wrow[r] + c0, valid * 2, bar, policy);
+    for (uint32_t i = tid; i < L.weights * (KB / 8); i += kThreads) {
+      const uint32_t r = i / (KB / 8), c = i % (KB / 8) * 8;
+      const uint16_t* src = wrow[r];
+      const bool ok = src && c < valid;  // else zeros, from an address inside the weights, not read
+      cp_async16(w + r * ws + c, ok ? src + c0 + c : mem.at<const uint16_t>(p.weight[0]), ok ? 16 : 0);
+    }
     float* x = x_of(s);
-    for (uint32_t t = lane; t < n; t += 32) bulk_copy(x + t * xs, in + uint64_t{used[1 + t]} * cols + c0, valid * 4, bar, policy);
-    if (norm && lane == 0) bulk_copy(nw_of(s), mem.at<const uint16_t>(p.norm) + c0, valid * 2, bar, policy);
-  };
-  // Waits for a fill's copies; then zeros the columns past a short last block up to a whole step of
-  // 16 (the mma reads them), in the weight rows, the input rows and the norm weight.
-  auto land = [&](uint32_t s, uint32_t kb, uint32_t fill) {
-    mbar_wait(bars + fill % nbars, (fill / nbars) & 1);
-    const uint32_t valid = min(KB, cols - kb * KB), end = (valid + 15) / 16 * 16;
-    if (valid == end) return;
-    for (uint32_t r = tid; r < L.weights; r += kThreads)
-      for (uint32_t c = valid; c < end; ++c) w_of(s)[r * ws + c] = 0;
-    for (uint32_t t = tid; t < n; t += kThreads)
-      for (uint32_t c = valid; c < end; ++c) x_of(s)[t * xs + c] = 0.0f;
-    if (norm && tid == 0)
-      for (uint32_t c = valid; c < end; ++c) nw_of(s)[c] = 0;
+    for (uint32_t i = tid; i < x_chunks; i += kThreads) {
+      const uint32_t t = i / (KB / 4), c = i % (KB / 4) * 4;
+      cp_async16(x + t * xs + c, in + uint64_t{used[1 + t]} * cols + c0 + (c < valid ? c : 0), c < valid ? 16 : 0);
+    }
+    if (norm)
+      for (uint32_t i = tid; i < KB / 8; i += kThreads)
+        cp_async16(nw_of(s) + i * 8, mem.at<const uint16_t>(p.norm) + c0 + (i * 8 < valid ? i * 8 : 0), i * 8 < valid ? 16 : 0);
+    cp_async_commit();
   };
   // The input as staged is each value with its step's bit (handoff.cuh): any value of another
   // step, and the block loads the stage's input again, polling, until every one is this step's.
@@ -186,15 +169,13 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
 #pragma unroll
       for (uint32_t e = 0; e < 4; ++e) acc[j][e] = up[j][e] = 0.0f;
     const uint32_t first = kb_all;
-    for (uint32_t k = 0; k + 1 < L.stages && k < kblocks; ++k) issue((first + k) % L.stages, k, fills + k);
+    for (uint32_t k = 0; k + 1 < L.stages && k < kblocks; ++k) issue((first + k) % L.stages, k);
     for (uint32_t kb = 0; kb < kblocks; ++kb) {
       const uint32_t s = (first + kb) % L.stages;
-      land(s, kb, fills + kb);  // this block's copies landed (each thread waits on the barrier)
-      if (!check_input(s, kb)) {  // the block barrier; or the launch aborts
-        fills += kblocks;  // (its copies still land on their barriers, whose phases move on)
-        return;
-      }
-      if (kb + L.stages - 1 < kblocks) issue((first + kb + L.stages - 1) % L.stages, kb + L.stages - 1, fills + kb + L.stages - 1);
+      // This block's copies landed (at most stages - 2 issued after it), and every thread's did.
+      cp_async_wait(min(L.stages - 2, kblocks - 1 - kb));
+      if (!check_input(s, kb)) return;  // the block barrier; or the launch aborts
+      if (kb + L.stages - 1 < kblocks) issue((first + kb + L.stages - 1) % L.stages, kb + L.stages - 1);
       const float* x = x_of(s);
       const uint16_t* w = w_of(s);
       const uint16_t* nw = nw_of(s);
@@ -250,7 +231,6 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
       }
     }
     kb_all += kblocks;
-    fills += kblocks;
     // The k-split warps' sums to their item's first warp (share 0), which stores.
     if (ksplit > 1) {
       block_sync();
@@ -315,6 +295,7 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
       }
     }
   }
+  cp_async_wait(0);
 }
 
 }  // namespace detail
