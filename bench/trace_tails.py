@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where each op's tail comes from, from a Chrome trace of one step (mkbench --trace PREFIX writes
-PREFIX.json; gzip-compressed files are read too). bench/NOTES.md entry 75.
+PREFIX.json; gzip-compressed files are read too). docs/notes.md entry 75.
 
 For every op kind of the layer block (op names without their layer digits), averaged over the
 layers: the tail (the last task's signal after the mean of its tasks' signals), split into how

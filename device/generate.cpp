@@ -146,7 +146,7 @@ std::vector<GenerateResult> generate_batch(Backend& b, const schedule::Schedule&
   // logits are kept), as many as the sequence with the fewest tokens left can take. Where the
   // backend queues its runs, the next run is queued before the host reads one, so that the GPU
   // does not wait while the host copies a chunk's tokens back and hands them on (that wait put
-  // mkrun's decode 4 % over mkbench's step on Llama-3.2-1B; bench/NOTES.md 119). A stop seen in
+  // mkrun's decode 4 % over mkbench's step on Llama-3.2-1B; docs/notes.md 119). A stop seen in
   // a run takes its sequence out of the runs queued after the read; those queued before it run
   // on, and what they write past the stop is never read.
   struct Queued {

@@ -282,7 +282,7 @@ std::string trace_summary(const schedule::Schedule& s, const std::vector<TraceEv
     o << "\n";
   }
   // The chain, op by op in program order: a task's own wait is mostly the previous op's slowest
-  // task, so each op is also measured as a whole (bench/NOTES.md, "Where a layer's time goes"),
+  // task, so each op is also measured as a whole (docs/notes.md, "Where a layer's time goes"),
   // then averaged over its kind (an op, or one position of the layer block: schedules/op_kinds).
   // Its tail: the last signal after the mean of its tasks' signals, what an op would gain if its
   // work were dealt so that every task ended together.

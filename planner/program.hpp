@@ -59,7 +59,7 @@ uint32_t auto_kv_splits(uint32_t sm_count, uint32_t kv_heads);
 
 // The schedule's KvSplitPolicy (schedules/format.hpp) from the config's kv_split_positions and
 // short_positions, each a whole number of positions (0 to limits::kMaxContext), refused at its
-// line otherwise. The defaults, measured on the H200 (bench/NOTES.md entries 49, 51 and 69):
+// line otherwise. The defaults, measured on the H200 (docs/notes.md entries 49, 51 and 69):
 // - past the short steps, splits of 64 positions (one or two ring tiles) against 32:
 //   Llama-3.1-8B -51 and -53 us at 512 positions, Llama-3.2-1B -13 and -6 at 512, +14 at 256,
 //   Qwen3-4B -9 at 1024 (96 or 128 positions lost on Llama-3.2-1B); how many of them a step

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "common/show_number.hpp"
 #include "planner/op_def.hpp"
 #include "planner/plan.hpp"
 #include "schedules/cost.hpp"
@@ -70,7 +71,7 @@ std::string summary(const Plan& p) {
     o << "short steps up to position " << s.kv_splits.short_positions << " (config short_positions): "
       << p.short_takeovers << " attn_reduce tasks done by the attention\n";
   o << "tokens a step:         up to " << s.max_tokens << " (config max_tokens, mkplan --max-tokens)\n";
-  o << "MB moved per SM:       " << min_median_max(mb_per_sm) << " (" << total_mb << " MB in all)\n";
+  o << "MB moved per SM:       " << min_median_max(mb_per_sm) << " (" << mk::show_fixed(total_mb) << " MB in all)\n";
   o << "critical path:         " << p.stats.critical_path_tasks << " tasks, " << p.stats.critical_path_us
     << " us by the cost model (floor at full bandwidth " << total_mb * 1e6 / schedule::kStreamBytesPerUs << " us)\n";
   o << "predicted step:        ";

@@ -1,7 +1,7 @@
 // The cost model: how long each instruction runs on the device, and the step time that follows
 // from the per-SM queues and their waits. Each op's terms are in its schedules/ops/<op>.cpp;
 // the constants were fitted to the H200 traces and benchmarks of 2026-11-30 to 2026-12-04, last
-// to the f1621b0 visit's seven rows (bench/NOTES.md, "The cost model"), and mkbench prints the
+// to the seven rows measured at f1621b0 (docs/notes.md, "The cost model"), and mkbench prints the
 // prediction beside what it measures.
 #pragma once
 #include <cstdint>

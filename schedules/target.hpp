@@ -1,6 +1,6 @@
 // The GPU the planner's defaults and the cost model are written for, in one place: the H200's
 // SM count, and its streaming bandwidth as measured on the test machine (a bulk-copy stream of
-// weights, bench/NOTES.md). A schedule for another GPU is planned with mkplan --sms.
+// weights, docs/notes.md). A schedule for another GPU is planned with mkplan --sms.
 #pragma once
 #include <cstdint>
 

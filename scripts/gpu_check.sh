@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Everything one visit to the GPU machine runs, most important first, each step bounded in time
-# so that one visit (at most 10 minutes a command) ends with results: the GPU tests, the
+# Everything one call to the GPU machine runs, most important first, each step bounded in time
+# so that one call (at most 10 minutes a command) ends with results: the GPU tests, the
 # interpreter benchmark (bench/run.sh), the PyTorch baselines of the same shapes
 # (bench/torch_baseline.py; BASELINES=0 skips them, COMPILE=0 skips torch.compile; STAGES="0 10 9 8"
 # adds a sweep of the weight ring's depth after the benchmark, in QUICK mode too; LONG=1 adds
@@ -8,7 +8,7 @@
 # LONG=only runs the GPU tests, the benchmark and that set alone), the comparisons with transformers (the
 # examples, then models planned straight from config.json: tests/gpu/hf_import_check.sh), mkrun
 # end-to-end timings and a trace, compute-sanitizer on the tiny models (SAN=0 skips it), and the
-# Qwen3-4B comparison and timing last. BUDGET (seconds, default 540) bounds the whole visit: a step that would start
+# Qwen3-4B comparison and timing last. BUDGET (seconds, default 540) bounds the whole call: a step that would start
 # with too little time left is skipped and says so.
 # Binaries come prebuilt in $BIN (scripts/gpu_build.sh on the development machine).
 # Everything printed goes to $LOG/gpu_check.log, and $LOG/RESULTS-table.md gets the table
@@ -26,14 +26,14 @@ exec > >(tee "$LOG/gpu_check.log") 2>&1
 status=0
 step() { echo; echo "=== $* ==="; }
 DEADLINE=$((SECONDS + ${BUDGET:-540}))
-time_left() {  # at most $1 seconds, and no more than the visit has left
+time_left() {  # at most $1 seconds, and no more than the call has left
   local left=$((DEADLINE - SECONDS))
   echo $(( $1 < left ? $1 : left ))
 }
 bounded() {  # seconds, command...: runs it; a time-out counts as a failure
   local limit
   limit=$(time_left "$1"); shift
-  if [ "$limit" -le 5 ]; then echo "SKIPPED (the visit is out of time): $*"; return 1; fi
+  if [ "$limit" -le 5 ]; then echo "SKIPPED (the call is out of time): $*"; return 1; fi
   timeout "$limit" "$@"
   local rc=$?
   [ $rc = 124 ] && echo "TIMED OUT after $limit s: $*"
@@ -129,7 +129,7 @@ compare tiny-llama
 compare llama-3.2-1b
 # Decode at positions 384 to 511: short steps (past 512 the attention splits). The benchmark's
 # row at 512 runs positions 511-526, split steps but the first, so the benchmark is also run at
-# 448 (positions 447-462, short steps) for a comparison step for step (bench/NOTES.md 117).
+# 448 (positions 447-462, short steps) for a comparison step for step (docs/notes.md 117).
 timing llama-3.2-1b 384 128
 step "mkbench at context 448 (positions 447-462: short steps, as the decode above)"
 bounded 60 "$BIN/mkbench" "$WORK/llama-3.2-1b/sched.bin" --context 448 --reps 30 | grep -m1 "step (median" || status=1
@@ -148,8 +148,8 @@ fi
 # tiny models (schedules for this GPU's SM count, random checkpoints from mkweights). Under the
 # sanitizer the interpreter runs orders of magnitude slower (racecheck most), so mkrun's watchdog
 # is raised (SAN_WATCHDOG seconds, default 600) and each run is bounded by SAN_TIMEOUT (default
-# 1200 s) and by the visit's time left. Some runtimes refuse the sanitizer (gVisor: "Device not supported", then error 999):
-# this section then says so plainly, names the runtime it met, and does not fail the visit.
+# 1200 s) and by the call's time left. Some runtimes refuse the sanitizer (gVisor: "Device not supported", then error 999):
+# this section then says so plainly, names the runtime it met, and does not fail the call.
 # SAN_TOOLS picks the tools (default all four); SAN=0 skips the section.
 # The findings a compute-sanitizer log reports (errors, plus racecheck's hazard warnings);
 # nothing when it printed no summary (it did not run).
@@ -182,7 +182,7 @@ sanitizer_checks() {
   done
   local wd=${SAN_WATCHDOG:-600} limit
   limit=$(time_left "${SAN_TIMEOUT:-1200}")
-  [[ $limit -le 5 ]] && { echo "compute-sanitizer: SKIPPED: the visit is out of time"; return 0; }
+  [[ $limit -le 5 ]] && { echo "compute-sanitizer: SKIPPED: the call is out of time"; return 0; }
   local run=(--backend cuda --prompt-ids 1,2,3 --tokens 3 --watchdog "$wd")
   # Can the sanitizer attach here at all? A refusal prints no ERROR SUMMARY.
   out=$WORK/san-probe.log
@@ -195,7 +195,7 @@ sanitizer_checks() {
   for ex in ${SAN_MODELS:-tiny-llama tiny-qwen3}; do
     for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
       limit=$(time_left "${SAN_TIMEOUT:-1200}")
-      [[ $limit -le 5 ]] && { echo "compute-sanitizer $tool, $ex: SKIPPED: the visit is out of time"; continue; }
+      [[ $limit -le 5 ]] && { echo "compute-sanitizer $tool, $ex: SKIPPED: the call is out of time"; continue; }
       out=$WORK/san-$ex-$tool.log
       local extra=()
       [[ $tool == racecheck ]] && extra=(--racecheck-report all)

@@ -132,6 +132,7 @@ version_says() {
   run "$path" --version
   expect "exit status is $RC, expected 0" rc_is 0
   expect "the first line does not name $name and megakernel" out_has "^$name, megakernel "
+  expect "the first line has no version number" out_has "^$name, megakernel [0-9]+\.[0-9]+\.[0-9]+"
   expect "--version does not name the schedule format" out_has 'schedule formats? [0-9]'
   expect "stderr is not empty" err_lines 0
   finish "$name --version names the tool, the project (version and commit where the build gives them) and the schedule format"

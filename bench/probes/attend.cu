@@ -6,7 +6,7 @@
 // models take) and the general one ("general", what other head sizes take).
 //
 // The interpreter's trace put a short step's tile phase at 1.6 us for one block a warp
-// (Llama-3.2-1B at 32 positions) and a second block on the same warp at +0.83 us (NOTES 96):
+// (Llama-3.2-1B at 32 positions) and a second block on the same warp at +0.83 us (docs/notes.md 96):
 // far over the block's arithmetic. This says how much of it the step itself takes.
 //
 // Build (Hopper), from the repository's root: nvcc -O3 -std=c++20 -arch=sm_90a -I. -o attend bench/probes/attend.cu

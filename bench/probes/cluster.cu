@@ -3,7 +3,7 @@
 // cost through distributed shared memory (DSMEM) against global memory, idle and while every SM
 // streams from HBM as the weight ring does?
 //
-// The question behind it (bench/NOTES.md, "the next step"): a layer of Llama-3.2-1B is a chain of
+// The question behind it (docs/notes.md 123): a layer of Llama-3.2-1B is a chain of
 // full-vector hops between SMs, each a store to L2 and another SM's poll. Work that two or more
 // SMs of one cluster share (a kv head's attention spread over them, a partial sum reduced among
 // them) could hand over through the cluster's shared memory instead, if a cluster launch keeps

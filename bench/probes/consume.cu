@@ -2,7 +2,7 @@
 // (detail::consume_tile, the interpreter's own code) when the tile has already landed, for the
 // tile shapes of the benchmark's models, with 1, 4 or all compute warps busy at once, each on a
 // tile of its own. (Earlier versions also timed all the warps on slices of one tile, variants of
-// the inner loop and a tensor-core consumer: bench/probe-consume-2026-12-02.log, NOTES 91-92.)
+// the inner loop and a tensor-core consumer: docs/notes.md 91-92; its log: git show da5833b^:bench/probe-consume-2026-12-02.log.)
 //
 // The stream probe (feeder.cu) prices a tile's hold time: 1.5 -> 0.7 us took its synthetic 1B
 // step from 911 to 852 us. This measures what the real consumer holds.

@@ -258,7 +258,7 @@ struct Layer {
 
 int main(int argc, char** argv) {
   const std::string model = argc > 1 ? argv[1] : "1b";
-  // Per-SM bytes of each op at 132 SMs, from the real plans (bench/NOTES.md, the traces).
+  // Per-SM bytes of each op at 132 SMs, from the real plans (docs/notes.md, the traces).
   std::vector<Layer> layer, head;
   uint32_t layers = 16;
   if (model == "8b") {

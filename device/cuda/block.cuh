@@ -13,7 +13,7 @@ namespace mk::device {
 // where 13 to 16 warps get 128. At 512 threads the
 // kernel spilled 36 bytes and the op bodies 8-12 (four of the fifteen compute warps idle in
 // the matvec, whose stages are a warp each); 384 took every benchmark row down by 2-4 %
-// (bench/NOTES.md entry 68). At 1024 threads (64 registers) it spilled its loop state
+// (docs/notes.md entry 68). At 1024 threads (64 registers) it spilled its loop state
 // (Llama-3.2-1B 1413 -> 1229 us from 1024 to 512).
 inline constexpr uint32_t kBlockThreads = 384;
 inline constexpr uint32_t kWarps = kBlockThreads / 32 - 1;  // compute warps

@@ -13,10 +13,10 @@
 // input (two round trips to L2) nor releases a counter after its stores (a release waits for
 // the SM's copies in flight). The layout is f32's own: a 64-bit word per value (the value and
 // the whole generation) doubled the bytes of every input and cost more than the hand-off saved
-// (bench/NOTES.md 103). A matvec checks its input with a few logic operations per batch of loads
+// (docs/notes.md 103). A matvec checks its input with a few logic operations per batch of loads
 // (stale_bits) and decides for the whole block at the barrier it needs anyway (block_any)
 // whether to load it again: a check by value with branches cost each batch ~0.35 us, a branch
-// per thread after its batches ~0.1 us per task (NOTES 104-105).
+// per thread after its batches ~0.1 us per task (docs/notes.md 104-105).
 //
 // A poll that outlasts the watchdog records code 3 (interpreter.cu) and fails: every compute
 // thread then sees `handoff.failed` after the op's next block barrier, and the SM leaves.
@@ -61,7 +61,7 @@ static __shared__ Handoff handoff;  // set by the interpreter's loop
 // Whether the k-th activation its op's gpu_activations lists is tagged for this instruction. The
 // executor puts the bits in its copy of the instruction (Instruction::reserved) and the
 // interpreter's loop here: a shared-memory read, where a table in global memory cost a round
-// trip to L2 in every task's epilogue (bench/NOTES.md 103).
+// trip to L2 in every task's epilogue (docs/notes.md 103).
 __device__ __forceinline__ bool tagged_field(uint32_t k) { return (detail::handoff.fields >> k) & 1u; }
 
 __device__ __forceinline__ float4 load_tagged4(const float* p) {

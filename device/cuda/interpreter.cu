@@ -71,8 +71,8 @@ __device__ __forceinline__ schedule::StepContext step_context(const KernelParams
 
 // Counters are polled with relaxed loads, not acquire ones. An acquire also empties the SM's L1
 // (the compiler follows it with CCTL.IVALL), and with it the tensor table, the instruction queue
-// and the kernel's spilled registers, each then a round trip to L2 after every wait (bench/
-// NOTES.md entry 47). What an acquire would order is an op's reads of other SMs' outputs, and
+// and the kernel's spilled registers, each then a round trip to L2 after every wait (docs/
+// notes.md entry 47). What an acquire would order is an op's reads of other SMs' outputs, and
 // none of those goes through L1: activations are read with ld.global.cg (load_activation,
 // __ldcg) and the KV cache by bulk copies, both from L2, where the writer's release put the data
 // before its counter moved; and they are issued only after the poll returned (by warp 0; the

@@ -39,7 +39,7 @@ struct WeightRing {
   // busy). Thread 0 of an op sets it (pause) once the op has consumed its tiles, and the
   // interpreter clears it after the signal, whose release waits for this SM's copies in flight;
   // a matvec also pauses while it loads its input, which would otherwise queue behind them
-  // (Qwen3-4B's gate/up input 3.0 -> 2.0 us; bench/NOTES.md entries 9 and 42), and resumes after
+  // (Qwen3-4B's gate/up input 3.0 -> 2.0 us; docs/notes.md entries 9 and 42), and resumes after
   // the block_sync that ends the load.
   // The compute threads write it with shared-memory atomics (pause and resume by thread 0, the
   // clear after the signal by thread 32; the block's barriers order those); the producer warp
@@ -47,7 +47,7 @@ struct WeightRing {
   // copy out or holds one back a moment. Plain writes against that read were a race to
   // compute-sanitizer's racecheck (77 hazards at 452fa23); atomic writes are not. An atomic read
   // as well costs the stream: the producer spinning on it slowed the compute warps' own shared
-  // atomics (Llama-3.2-1B +25 us, bench/NOTES.md entry 65).
+  // atomics (Llama-3.2-1B +25 us, docs/notes.md entry 65).
   uint32_t* quiet;
 
   // A stage's kWarps arrivals per tile, shared out among the `share` warps that consume it:
@@ -87,7 +87,7 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar, uint32_t count) {
 // A consuming warp's release of a stage: every lane arrives itself, after its own reads, with the
 // warp's share of the tile's arrivals. A warp barrier and one lane's arrival order the other
 // lanes' reads before the producer's next copy only through the barrier's cumulativity, which
-// compute-sanitizer's racecheck does not follow (bench/NOTES.md 81).
+// compute-sanitizer's racecheck does not follow (docs/notes.md 81).
 __device__ __forceinline__ void ring_release(const WeightRing& ring, uint32_t stage, uint32_t releases) {
   mbar_arrive(ring.empty + stage, releases);
 }
@@ -137,7 +137,7 @@ struct BlockContext {
 
 // An L2 policy for data read once per step (weights, the KV cache): evicted first, so that the
 // stream does not push out of L2 what is read again soon (activations, counters, the queues,
-// norm weights). Llama-3.2-1B 987 -> 954 us, Qwen3-4B at 8K 3305 -> 3220 (bench/NOTES.md 52).
+// norm weights). Llama-3.2-1B 987 -> 954 us, Qwen3-4B at 8K 3305 -> 3220 (docs/notes.md 52).
 __device__ __forceinline__ uint64_t evict_first_policy() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
@@ -174,12 +174,12 @@ __device__ NoTiles gpu_tiles(const Payload&, const schedule::StepContext&, const
 }
 
 // The producer walks an instruction's tiles in order: f(tile) for each, until f returns false
-// (then walk_tiles does too). Its work per tile lies on the stream's path (bench/NOTES.md
+// (then walk_tiles does too). Its work per tile lies on the stream's path (docs/notes.md
 // 113-114: a division per tile cost 7-10 ns of the step a tile), so tiles that can step from
 // one to the next more cheaply than at(j) finds tile j (no division, no search) define
 // `walk(f)` with the same contract; the others are walked by index. The matvec does (the 8B
 // -16 us a step); the attention does not: its walk made the producer faster and the step slower
-// (Qwen3-4B +21 us at 8K, +35 at 32K: the set-up's loads behind more copies in flight; NOTES 115).
+// (Qwen3-4B +21 us at 8K, +35 at 32K: the set-up's loads behind more copies in flight; docs/notes.md 115).
 template <class Tiles, class F>
 __device__ __forceinline__ bool walk_tiles(const Tiles& tiles, F&& f) {
   if constexpr (requires { tiles.walk(f); }) {

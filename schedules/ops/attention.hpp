@@ -53,7 +53,7 @@ struct AttentionPayload {
 // The splits a row at position `pos` uses (KvSplitPolicy): one up to short_positions (whether or
 // not the step is short), else one per `positions` cached positions, at least one, up to half of
 // the S splits; and all S once that count reaches one and a half times S. In between a step keeps
-// half: measured on the H200 with S = 16 and splits of 64 positions (bench/NOTES.md 80), 8 splits
+// half: measured on the H200 with S = 16 and splits of 64 positions (docs/notes.md 80), 8 splits
 // beat 12 at 768 positions and 16 at 1024 (Qwen3-4B -58 to -74 us, Llama-3.1-8B -54 to -68,
 // Llama-3.2-1B -13 to -28), tie with 16 at 1536, and lose to 16 at 2048.
 MK_HD inline uint32_t active_kv_splits(const StepContext& c, uint32_t pos, uint32_t S) {
