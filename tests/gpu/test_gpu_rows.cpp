@@ -62,6 +62,25 @@ struct HostState {
   }
 };
 
+// attn_reduce's input as the attention writes it: each record's sum of exponentials at least 1
+// (its own maximum's term). Random sums near zero or negative make the reduction ill-conditioned:
+// the same inputs one float32 ulp apart then moved tiny-qwen3's output by 3.6e-4, which two
+// correct implementations summing in different orders showed as a mismatch.
+void realistic_partials(const schedule::Schedule& s, uint32_t op, HostState& state) {
+  for (const schedule::Instruction& inst : s.instructions) {
+    if (inst.op != op || inst.opcode != static_cast<uint16_t>(schedule::Opcode::attn_reduce)) continue;
+    const auto& p = schedule::payload_as<schedule::AttnReducePayload>(inst);
+    const schedule::AttentionPartials layout{p.kv_heads, p.kv_splits, p.rep, p.head_dim};
+    float* in = reinterpret_cast<float*>(state.bytes[p.in].data());
+    const uint64_t records = state.bytes[p.in].size() / sizeof(float) / layout.record();
+    for (uint64_t k = 0; k < records; ++k) {
+      float& sum = in[k * layout.record() + p.head_dim + 1];
+      sum = 1.0f + std::fabs(sum);
+    }
+    return;
+  }
+}
+
 // The instructions of one op, on as many SMs as its tasks (at most the GPU's), with no waits.
 schedule::Schedule single_op(const schedule::Schedule& s, uint32_t op, uint32_t sms) {
   schedule::Schedule out = s;
@@ -107,6 +126,7 @@ void compare_ops_rows(const std::string& example, uint32_t max_tokens, std::vect
     if (plan.schedule.ops[op].layer > 0) continue;  // layer 0 has every op kind
     const schedule::Schedule s = single_op(plan.schedule, op, static_cast<uint32_t>(sms));
     HostState cpu(s, max_context, slots, 2000 + op);
+    realistic_partials(s, op, cpu);
     device::ExecutorOptions eo;
     eo.max_context = max_context;
     eo.slots = slots;
