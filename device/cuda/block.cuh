@@ -64,7 +64,7 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 
 // Activations written by other SMs in this launch: read through L2, never a stale L1 line. Every
 // such read must bypass L1 (this, __ldcg or a bulk copy): the counter polls are relaxed and do
-// not invalidate it (interpreter.cu, load_counter).
+// not invalidate it (kernel.cuh, load_counter).
 __device__ __forceinline__ float load_activation(const float* p) { return __ldcg(p); }
 
 __device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }

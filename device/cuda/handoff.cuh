@@ -18,12 +18,13 @@
 // whether to load it again: a check by value with branches cost each batch ~0.35 us, a branch
 // per thread after its batches ~0.1 us per task (docs/notes.md 104-105).
 //
-// A poll that outlasts the watchdog records code 3 (interpreter.cu) and fails: every compute
+// A poll that outlasts the watchdog records code 3 (the executor, interpreter.cu, reports it) and fails: every compute
 // thread then sees `handoff.failed` after the op's next block barrier, and the SM leaves.
 #pragma once
 #include <cstdint>
 
 #include "device/cuda/block.cuh"
+#include "device/cuda/queues.hpp"
 
 namespace mk::device {
 
@@ -41,9 +42,7 @@ struct ErrorRecord {
 // every counter reset, which poisons tagged tensors with all-ones bytes (bit 1): stale then.
 __host__ __device__ constexpr uint32_t step_bit(uint32_t generation) { return ~generation & 1u; }
 
-// How an op's CUDA body takes one of its activations (its gpu_activations): never tagged,
-// either way (it asks tagged_field), or always (a matvec's input).
-enum class Tagging : uint8_t { never, either, always };
+// (How an op's CUDA body takes each of its activations, its gpu_activations: Tagging, queues.hpp.)
 
 struct Handoff {
   uint32_t fields;        // the instruction's tagged activations: bit k for its op's k-th (tagged_field)

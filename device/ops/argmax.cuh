@@ -91,7 +91,7 @@ namespace detail {
 // Per row of the step: the best of the task's range; with several tasks, each row's best to its
 // part (a record a row), one ticket a step, and the last task to take it combines every row's.
 // kOne: a step of one row (gpu_run); the rows' (gpu_rows) runs out of the kernel's loop, with
-// every op's at a step of several rows (interpreter.cu, execute_rows).
+// every op's at a step of several rows (kernel.cuh, execute<true>).
 template <bool kOne>
 __device__ __forceinline__ void argmax_body(const schedule::ArgmaxPayload& p, const schedule::StepContext& ctx,
                                             const TensorTable& mem, unsigned char* scratch) {
