@@ -27,12 +27,15 @@
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
 #include "schedules/limits.hpp"
+#include "tests/gpu/gpu_test_util.hpp"
 #include "tests/reference.hpp"
 #include "tests/temp_dir.hpp"
 
 namespace {
 
 using namespace mk;
+using test::HostState;
+using test::single_op;
 namespace fs = std::filesystem;
 
 // The tree sits at another path on the GPU machine: MK_SOURCE_DIR in the environment wins.
@@ -50,54 +53,6 @@ planner::Plan plan_tiny_llama() {
 }
 
 
-// Host copies of every tensor of a schedule, filled with random values.
-struct HostState {
-  std::vector<std::vector<uint8_t>> bytes;
-  std::vector<void*> ptrs;
-  HostState(const schedule::Schedule& s, uint32_t max_context, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (const schedule::Tensor& t : s.tensors) {
-      const uint64_t n = t.elements() * (t.role == schedule::Role::kv_cache ? max_context : 1);
-      bytes.emplace_back(n * schedule::dtype_bytes(t.dtype));
-      auto& b = bytes.back();
-      for (uint64_t i = 0; i < n; ++i) {
-        const float scale = t.role == schedule::Role::weight && t.shape.size() == 2 ? 1.0f / std::sqrt(float(t.shape[1])) : 1.0f;
-        const float v = normal(rng) * scale + (t.role == schedule::Role::weight && t.shape.size() == 1 ? 1.0f : 0.0f);
-        if (t.dtype == schedule::DType::bf16) reinterpret_cast<uint16_t*>(b.data())[i] = device::f32_to_bf16(v);
-        else if (t.dtype == schedule::DType::f32) reinterpret_cast<float*>(b.data())[i] = v;
-        else reinterpret_cast<int32_t*>(b.data())[i] = static_cast<int32_t>(rng() % 100);
-      }
-      ptrs.push_back(b.data());
-    }
-  }
-};
-
-// The instructions of one op, on as many SMs as its tasks (at most the GPU's), with no waits.
-schedule::Schedule single_op(const schedule::Schedule& s, uint32_t op, uint32_t sms) {
-  schedule::Schedule out = s;
-  out.instructions.clear();
-  out.waits.clear();
-  out.signals.clear();
-  // The counters stay (an argmax split in several counts on its ticket); no list names one.
-  std::vector<schedule::Instruction> mine;
-  for (const schedule::Instruction& inst : s.instructions)
-    if (inst.op == op) mine.push_back(inst);
-  const uint32_t n = std::min<uint32_t>(sms, static_cast<uint32_t>(mine.size()));
-  out.sm_count = n;
-  out.sm_offsets.assign(1, 0);
-  for (uint32_t sm = 0; sm < n; ++sm) {
-    for (size_t k = sm; k < mine.size(); k += n) {
-      schedule::Instruction inst = mine[k];
-      inst.wait_count = inst.short_wait_count = 0;
-      inst.signal_count = inst.short_signal_count = 0;
-      inst.wait_begin = inst.signal_begin = inst.short_signal_begin = 0;
-      out.instructions.push_back(inst);
-    }
-    out.sm_offsets.push_back(static_cast<uint32_t>(out.instructions.size()));
-  }
-  return out;
-}
 
 void compare_ops(const dsl::ModelGraph& model, uint32_t pos, uint32_t max_context) {
   CAPTURE(pos);
@@ -108,7 +63,7 @@ void compare_ops(const dsl::ModelGraph& model, uint32_t pos, uint32_t max_contex
   for (uint32_t op = 0; op < plan.schedule.ops.size(); ++op) {
     if (plan.schedule.ops[op].layer > 0) continue;  // layer 0 has every op kind
     const schedule::Schedule s = single_op(plan.schedule, op, static_cast<uint32_t>(sms));
-    HostState cpu(s, max_context, 1000 + op);
+    HostState cpu(s, max_context, 1, 1000 + op);
     device::ExecutorOptions eo;
     eo.max_context = max_context;
     eo.exact_sm_count = false;
@@ -450,7 +405,7 @@ TEST_CASE("argmax on the GPU: a vocabulary not a multiple of four, the largest v
     // step of its own (the ticket's count goes on from step to step).
     for (const uint32_t planted : {332u, 331u, 328u, 0u, 3u, 201u}) {
       CAPTURE(planted);
-      HostState cpu(s, eo.max_context, 900 + planted);
+      HostState cpu(s, eo.max_context, 1, 900 + planted);
       float* logits = reinterpret_cast<float*>(cpu.bytes[pl.in].data());
       logits[planted] = 100;
       for (uint32_t i = planted + 1; i < pl.count; i += 97) logits[i] = 100;  // ties: the lowest index wins
@@ -475,7 +430,7 @@ std::vector<double> check_step_variants(const dsl::ModelGraph& model, uint32_t p
   const planner::Plan plan = plan_example(model, static_cast<uint32_t>(device::cuda_device_sm_count()));
   const schedule::Schedule& s = plan.schedule;
   const uint32_t token = 7, max_context = 1024;
-  HostState cpu(s, max_context, 4242 + pos);  // random weights and cache; activations poisoned below
+  HostState cpu(s, max_context, 1, 4242 + pos);  // random weights and cache; activations poisoned below
   for (uint32_t t = 0; t < s.tensors.size(); ++t)
     if (s.tensors[t].role == schedule::Role::activation || s.tensors[t].role == schedule::Role::io)
       std::memset(cpu.bytes[t].data(), 0xff, cpu.bytes[t].size());

@@ -19,6 +19,7 @@
 #include "device/weights.hpp"
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
+#include "tests/gpu/gpu_test_util.hpp"
 #include "tests/reference.hpp"
 #include "tests/step_context.hpp"
 #include "tests/temp_dir.hpp"
@@ -26,6 +27,8 @@
 namespace {
 
 using namespace mk;
+using test::HostState;
+using test::single_op;
 using schedule::StepSegment;
 
 const std::string kRoot = std::getenv("MK_SOURCE_DIR") ? std::getenv("MK_SOURCE_DIR") : MK_SOURCE_DIR;
@@ -36,31 +39,6 @@ planner::Plan plan_rows(const std::string& example, uint32_t max_tokens) {
   o.max_tokens = max_tokens;
   return planner::plan(dsl::parse_file(kRoot + "/examples/" + example + ".yaml"), o);
 }
-
-// Host copies of every tensor (activations of max_tokens rows, caches of `slots` slots), random.
-struct HostState {
-  std::vector<std::vector<uint8_t>> bytes;
-  std::vector<void*> ptrs;
-  HostState(const schedule::Schedule& s, uint32_t max_context, uint32_t slots, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (const schedule::Tensor& t : s.tensors) {
-      const uint64_t n = t.elements() * (t.role == schedule::Role::kv_cache ? uint64_t{max_context} * slots
-                                         : t.role == schedule::Role::weight ? 1
-                                                                            : s.max_tokens);
-      bytes.emplace_back(n * schedule::dtype_bytes(t.dtype));
-      auto& b = bytes.back();
-      for (uint64_t i = 0; i < n; ++i) {
-        const float scale = t.role == schedule::Role::weight && t.shape.size() == 2 ? 1.0f / std::sqrt(float(t.shape[1])) : 1.0f;
-        const float v = normal(rng) * scale + (t.role == schedule::Role::weight && t.shape.size() == 1 ? 1.0f : 0.0f);
-        if (t.dtype == schedule::DType::bf16) reinterpret_cast<uint16_t*>(b.data())[i] = device::f32_to_bf16(v);
-        else if (t.dtype == schedule::DType::f32) reinterpret_cast<float*>(b.data())[i] = v;
-        else reinterpret_cast<int32_t*>(b.data())[i] = static_cast<int32_t>(rng() % 100);
-      }
-      ptrs.push_back(b.data());
-    }
-  }
-};
 
 // attn_reduce's input as the attention writes it: each record's sum of exponentials at least 1
 // (its own maximum's term). Random sums near zero or negative make the reduction ill-conditioned:
@@ -81,30 +59,6 @@ void realistic_partials(const schedule::Schedule& s, uint32_t op, HostState& sta
   }
 }
 
-// The instructions of one op, on as many SMs as its tasks (at most the GPU's), with no waits.
-schedule::Schedule single_op(const schedule::Schedule& s, uint32_t op, uint32_t sms) {
-  schedule::Schedule out = s;
-  out.instructions.clear();
-  out.waits.clear();
-  out.signals.clear();
-  std::vector<schedule::Instruction> mine;
-  for (const schedule::Instruction& inst : s.instructions)
-    if (inst.op == op) mine.push_back(inst);
-  const uint32_t n = std::min<uint32_t>(sms, static_cast<uint32_t>(mine.size()));
-  out.sm_count = n;
-  out.sm_offsets.assign(1, 0);
-  for (uint32_t sm = 0; sm < n; ++sm) {
-    for (size_t k = sm; k < mine.size(); k += n) {
-      schedule::Instruction inst = mine[k];
-      inst.wait_count = inst.short_wait_count = 0;
-      inst.signal_count = inst.short_signal_count = 0;
-      inst.wait_begin = inst.signal_begin = inst.short_signal_begin = 0;
-      out.instructions.push_back(inst);
-    }
-    out.sm_offsets.push_back(static_cast<uint32_t>(out.instructions.size()));
-  }
-  return out;
-}
 
 // Every op of layer 0 and outside the layers, one step of `segments` on the GPU against the
 // emulator's bodies on the same random state.

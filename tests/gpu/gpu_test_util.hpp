@@ -1,0 +1,67 @@
+// What the GPU tests share: a schedule's tensors as random host copies, and one op's instructions
+// as a schedule of their own.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "device/bf16.hpp"
+#include "schedules/schedule.hpp"
+
+namespace mk::test {
+
+// Host copies of every tensor, random: weights of unit-variance rows (norm weights about 1),
+// activations of max_tokens rows, KV caches of `slots` slots of max_context positions.
+struct HostState {
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<void*> ptrs;
+  HostState(const schedule::Schedule& s, uint32_t max_context, uint32_t slots, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (const schedule::Tensor& t : s.tensors) {
+      const uint64_t n = t.elements() * (t.role == schedule::Role::kv_cache ? uint64_t{max_context} * slots
+                                         : t.role == schedule::Role::weight ? 1
+                                                                            : s.max_tokens);
+      bytes.emplace_back(n * schedule::dtype_bytes(t.dtype));
+      auto& b = bytes.back();
+      for (uint64_t i = 0; i < n; ++i) {
+        const float scale = t.role == schedule::Role::weight && t.shape.size() == 2 ? 1.0f / std::sqrt(float(t.shape[1])) : 1.0f;
+        const float v = normal(rng) * scale + (t.role == schedule::Role::weight && t.shape.size() == 1 ? 1.0f : 0.0f);
+        if (t.dtype == schedule::DType::bf16) reinterpret_cast<uint16_t*>(b.data())[i] = device::f32_to_bf16(v);
+        else if (t.dtype == schedule::DType::f32) reinterpret_cast<float*>(b.data())[i] = v;
+        else reinterpret_cast<int32_t*>(b.data())[i] = static_cast<int32_t>(rng() % 100);
+      }
+      ptrs.push_back(b.data());
+    }
+  }
+};
+
+// The instructions of one op, on as many SMs as its tasks (at most `sms`), with no waits or
+// signals. The counters stay (an argmax split in several counts on its ticket); no list names one.
+inline schedule::Schedule single_op(const schedule::Schedule& s, uint32_t op, uint32_t sms) {
+  schedule::Schedule out = s;
+  out.instructions.clear();
+  out.waits.clear();
+  out.signals.clear();
+  std::vector<schedule::Instruction> mine;
+  for (const schedule::Instruction& inst : s.instructions)
+    if (inst.op == op) mine.push_back(inst);
+  const uint32_t n = std::min<uint32_t>(sms, static_cast<uint32_t>(mine.size()));
+  out.sm_count = n;
+  out.sm_offsets.assign(1, 0);
+  for (uint32_t sm = 0; sm < n; ++sm) {
+    for (size_t k = sm; k < mine.size(); k += n) {
+      schedule::Instruction inst = mine[k];
+      inst.wait_count = inst.short_wait_count = 0;
+      inst.signal_count = inst.short_signal_count = 0;
+      inst.wait_begin = inst.signal_begin = inst.short_signal_begin = 0;
+      out.instructions.push_back(inst);
+    }
+    out.sm_offsets.push_back(static_cast<uint32_t>(out.instructions.size()));
+  }
+  return out;
+}
+
+}  // namespace mk::test
