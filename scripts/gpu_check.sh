@@ -116,9 +116,11 @@ fi
 python3 bench/results.py "$LOG/gpu_check.log" --commit "$(cat "$BIN/COMMIT" 2>/dev/null || echo unknown)" \
   > "$LOG/RESULTS-table.md" && cat "$LOG/RESULTS-table.md"
 
-compare() {  # example
-  step "transformers comparison: $1"
-  bounded 240 python3 tests/gpu/hf_compare.py --example "examples/$1.yaml" --bin "$BIN" --work "$WORK/$1" 2>&1 |
+compare() {  # example [work folder's suffix, hf_compare.py options...]
+  local example=$1 suffix=${2:-}
+  shift $(($# < 2 ? $# : 2))
+  step "transformers comparison: $example${suffix:+ ($*)}"
+  bounded 240 python3 tests/gpu/hf_compare.py --example "examples/$example.yaml" --bin "$BIN" --work "$WORK/$example$suffix" "$@" 2>&1 |
     grep -v "Writing model shards" || status=1
 }
 # mkrun end to end on the checkpoints the comparisons wrote: the per-token time of the greedy
@@ -133,6 +135,9 @@ timing() {  # example, prompt length, tokens
 }
 compare tiny-llama
 compare llama-3.2-1b
+# Steps of several tokens: a prompt prefilled 16 positions a step; four prompts decoded together.
+compare llama-3.2-1b -t16 --prompt 100 --max-tokens 16
+compare llama-3.2-1b -b4 --prompt 20 --batch 4
 # Decode at positions 384 to 511: short steps (past 512 the attention splits). The benchmark's
 # row at 512 runs positions 511-526, split steps but the first, so the benchmark is also run at
 # 448 (positions 447-462, short steps) for a comparison step for step (docs/notes.md 117).

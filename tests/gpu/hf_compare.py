@@ -8,6 +8,11 @@ float32 (the same bf16 weights, upcast) and in bf16. Per step, our logits must b
 from float32 than transformers' own bf16 pass is, and our top-1 token must equal float32's
 wherever float32's top-1/top-2 gap exceeds 0.1. Exit status 1 on any failure.
 
+With --max-tokens T the schedule is planned for T tokens a step, so mkrun prefills the prompt in
+chunks of T. With --batch B, B prompts of different lengths (--prompt, --prompt + 5, ...) decode
+together (mkrun --batch, one KV-cache slot each, a schedule of at least B tokens a step), and each
+sequence is compared with its own transformers run.
+
 With --family and --shape (or --config FILE) instead of --example, the model comes from a Hugging
 Face config (a real model's shape, layers cut to --layers), and mkplan plans the saved checkpoint
 folder straight from its config.json: no YAML. Norm weights are then drawn around 1 (and biases
@@ -154,7 +159,11 @@ def main():
     ap.add_argument("--prompt", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=33, help="greedy tokens (at least 32 steps of continuation)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-tokens", type=int, default=1, help="plan for this many tokens a step: prompts prefilled in chunks")
+    ap.add_argument("--batch", type=int, default=1, help="sequences decoded together, each compared with its own run")
     a = ap.parse_args()
+    if a.batch > 1 and a.max_tokens < a.batch:
+        a.max_tokens = a.batch  # a batch decodes a row a sequence a step
 
     torch.manual_seed(a.seed)
     os.makedirs(a.work, exist_ok=True)
@@ -197,50 +206,70 @@ def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     sched = os.path.join(a.work, "sched.bin")
     # An example is planned from its YAML; a config from the saved checkpoint folder itself.
-    subprocess.run([os.path.join(a.bin, "mkplan"), a.example or ckpt, "-o", sched, "--sms", str(sms)], check=True)
+    subprocess.run([os.path.join(a.bin, "mkplan"), a.example or ckpt, "-o", sched, "--sms", str(sms),
+                    "--max-tokens", str(a.max_tokens), "--force"], check=True)
     g = torch.Generator().manual_seed(a.seed + 1)
-    prompt = torch.randint(0, cfg["vocab"], (a.prompt,), generator=g).tolist()
+    prompts = [torch.randint(0, cfg["vocab"], (a.prompt + 5 * i,), generator=g).tolist() for i in range(a.batch)]
     npy = os.path.join(a.work, "logits.npy")
-    steps = a.prompt + a.tokens - 1
-    run = subprocess.run([os.path.join(a.bin, "mkrun"), sched, ckpt, "--backend", "cuda",
-                          "--prompt-ids", ",".join(map(str, prompt)), "--tokens", str(a.tokens),
-                          "--dump-logits", npy], check=True, capture_output=True, text=True)
-    print(run.stdout, end="", flush=True)
-    generated = [int(t) for t in run.stdout.split("tokens:")[1].split("\n")[0].split()]
-    ours = torch.from_numpy(np.load(npy)).cuda()
-    seq = torch.tensor([prompt + generated[:-1]], device="cuda")
-    assert ours.shape == (steps, cfg["vocab"]) and seq.shape[1] == steps
+    mkrun = [os.path.join(a.bin, "mkrun"), sched, ckpt, "--backend", "cuda", "--tokens", str(a.tokens), "--dump-logits", npy]
+    if a.batch == 1:
+        run = subprocess.run(mkrun + ["--prompt-ids", ",".join(map(str, prompts[0]))], check=True, capture_output=True, text=True)
+        print(run.stdout, end="", flush=True)
+        results = [([int(t) for t in run.stdout.split("tokens:")[1].split("\n")[0].split()], npy)]
+    else:
+        batch_file = os.path.join(a.work, "batch.json")
+        with open(batch_file, "w") as f:
+            json.dump([{"ids": p} for p in prompts], f)
+        run = subprocess.run(mkrun + ["--batch", batch_file, "--json"], check=True, capture_output=True, text=True)
+        lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+        assert len(lines) == a.batch, run.stdout
+        results = [(line["ids"], os.path.join(a.work, f"logits.{i}.npy")) for i, line in enumerate(lines)]
+        print(f"{name}: {a.batch} sequences decoded together (prompts of {[len(p) for p in prompts]} tokens)", flush=True)
 
-    with torch.no_grad():
-        bf16 = model(seq).logits[0].float()
-        model.float()
-        # The bf16 cast rounded the RoPE frequencies to bf16, and with them original_inv_freq where
-        # that is a buffer too (transformers 5): a phase error that grows with the position. The
-        # float32 reference gets the float32 frequencies, checked against transformers' own above.
-        rotary.inv_freq = expected_inv_freq(cfg).float().to(rotary.inv_freq.device)
-        if hasattr(rotary, "original_inv_freq"):
-            rotary.original_inv_freq = rotary.inv_freq.clone()
-        f32 = model(seq).logits[0].float()
+    def reference(seq):  # transformers bf16, then float32, over one sequence
+        with torch.no_grad():
+            model.to(torch.bfloat16)
+            bf16 = model(seq).logits[0].float()
+            model.float()
+            # The bf16 cast rounded the RoPE frequencies to bf16, and with them original_inv_freq where
+            # that is a buffer too (transformers 5): a phase error that grows with the position. The
+            # float32 reference gets the float32 frequencies, checked against transformers' own above.
+            rotary.inv_freq = expected_inv_freq(cfg).float().to(rotary.inv_freq.device)
+            if hasattr(rotary, "original_inv_freq"):
+                rotary.original_inv_freq = rotary.inv_freq.clone()
+            f32 = model(seq).logits[0].float()
+        return bf16, f32
+
     ok = True
-    worst, worst_bf16, agree, gapped = 0.0, 0.0, 0, 0
-    for t in range(steps):
-        e_ours, e_bf16 = rel(ours[t], f32[t]), rel(bf16[t], f32[t])
-        worst, worst_bf16 = max(worst, e_ours), max(worst_bf16, e_bf16)
-        if e_ours > e_bf16:
-            ok = False
-            print(f"  step {t}: our error {e_ours:.3e} exceeds transformers bf16's {e_bf16:.3e}")
-        top2 = torch.topk(f32[t], 2)
-        if float(top2.values[0] - top2.values[1]) > 0.1:
-            gapped += 1
-            if int(torch.argmax(ours[t])) == int(top2.indices[0]):
-                agree += 1
-            else:
+    worst, worst_bf16, agree, gapped, steps_all = 0.0, 0.0, 0, 0, 0
+    for k, (prompt, (generated, logits_file)) in enumerate(zip(prompts, results)):
+        steps = len(prompt) + a.tokens - 1
+        ours = torch.from_numpy(np.load(logits_file)).cuda()
+        seq = torch.tensor([prompt + generated[:-1]], device="cuda")
+        assert ours.shape == (steps, cfg["vocab"]) and seq.shape[1] == steps, (ours.shape, seq.shape)
+        bf16, f32 = reference(seq)
+        who = f"sequence {k}, " if a.batch > 1 else ""
+        for t in range(steps):
+            e_ours, e_bf16 = rel(ours[t], f32[t]), rel(bf16[t], f32[t])
+            worst, worst_bf16 = max(worst, e_ours), max(worst_bf16, e_bf16)
+            if e_ours > e_bf16:
                 ok = False
-                print(f"  step {t}: top-1 {int(torch.argmax(ours[t]))} differs from float32's {int(top2.indices[0])}")
+                print(f"  {who}step {t}: our error {e_ours:.3e} exceeds transformers bf16's {e_bf16:.3e}")
+            top2 = torch.topk(f32[t], 2)
+            if float(top2.values[0] - top2.values[1]) > 0.1:
+                gapped += 1
+                if int(torch.argmax(ours[t])) == int(top2.indices[0]):
+                    agree += 1
+                else:
+                    ok = False
+                    print(f"  {who}step {t}: top-1 {int(torch.argmax(ours[t]))} differs from float32's {int(top2.indices[0])}")
+        steps_all += steps
+    steps = steps_all
     if gapped == 0:  # no step with a clear top-1: the top-1 check would pass on anything
         ok = False
         print("  no step has a float32 top-1/top-2 gap above 0.1; the top-1 check compared nothing")
-    print(f"{name}: {steps} steps teacher-forced; logit error vs float32: ours max {worst:.2e}, "
+    how = (f", {a.max_tokens} tokens a step" if a.max_tokens > 1 else "") + (f", {a.batch} sequences at once" if a.batch > 1 else "")
+    print(f"{name}: {steps} steps teacher-forced{how}; logit error vs float32: ours max {worst:.2e}, "
           f"transformers bf16 max {worst_bf16:.2e}; top-1 equal on {agree}/{gapped} steps with a gap > 0.1: "
           f"{'PASS' if ok else 'FAIL'}", flush=True)
     with open(os.path.join(a.work, "summary.json"), "w") as f:
