@@ -3,7 +3,8 @@
 #   1. the release build (scripts/setup.sh: installs what is missing, builds every target in
 #      build/, with the flags demo.sh uses: each reuses what the other built), its tests. Where
 #      nvcc is found this compiles the CUDA interpreter and the CUDA-only binaries mk_gpu_tests
-#      and mkbench too; those run on a GPU (scripts/gpu_check.sh), never here;
+#      and mkbench too; those run on a GPU (scripts/gpu_check.sh), never here; and checks the
+#      interpreter's register spills against scripts/spill_budget.txt (scripts/check_spills.py);
 #   2. the same tests under AddressSanitizer + UndefinedBehaviorSanitizer (preset asan-ubsan,
 #      build-asan-ubsan/);
 #   3. each fuzz harness on a short fixed number of inputs (preset fuzz: clang + libFuzzer,
@@ -23,6 +24,8 @@ else
   cuda="NOT compiled (CPU only)"
 fi
 ctest --test-dir build --output-on-failure -j"$jobs"
+# Where the CUDA interpreter is compiled: its register spills within scripts/spill_budget.txt.
+if grep -q '^MK_CUDA:BOOL=ON$' build/CMakeCache.txt; then python3 scripts/check_spills.py build; fi
 cmake --preset asan-ubsan >/dev/null
 cmake --build --preset asan-ubsan -j"$jobs"
 ctest --preset asan-ubsan -j"$jobs"

@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMK_CUDA=ON >/dev/null
 cmake --build build-gpu -j"$(nproc)" --target mkplan mkrun mkweights mk_gpu_tests mkbench mkserve
+# No more register spills than scripts/spill_budget.txt allows (ptxas's report; ~30 s).
+python3 scripts/check_spills.py build-gpu
 mkdir -p out/gpu-bin
 cp build-gpu/mkplan build-gpu/mkrun build-gpu/mkweights build-gpu/mk_gpu_tests build-gpu/mkbench build-gpu/mkserve out/gpu-bin/
 # mkserve's HTTP library is Debian's shared one, with what it loads (OpenSSL, zlib, brotli): beside
