@@ -51,6 +51,7 @@ uint64_t Engine::submit(EngineRequest r) {
       throw std::invalid_argument("prompt token " + std::to_string(id) + " is outside the vocabulary [0, " +
                                   std::to_string(vocab_) + ")");
   if (r.max_tokens == 0) throw std::invalid_argument("max_tokens must be at least 1");
+  if (r.sampling) schedule::slot_sampling_of(*r.sampling);  // its values checked
   if (r.prompt.size() + uint64_t{r.max_tokens} - 1 > max_context_)
     throw std::invalid_argument("the prompt (" + std::to_string(r.prompt.size()) + " tokens) and max_tokens (" +
                                 std::to_string(r.max_tokens) + ") do not fit the context of " + std::to_string(max_context_) +
@@ -198,11 +199,15 @@ bool Engine::launch() {
   run.advance = 1;
   uint32_t row = 0;
   for (const Row& r : plan) {
-    if (r.first == 0) backend_.set_history(r.q->slot, 0, r.q->req.prompt);  // a new sequence in its slot
     run.segments.push_back({r.q->slot, r.first, r.rows, row, r.q->length()});
     row += r.rows;
   }
   try {
+    for (const Row& r : plan)
+      if (r.first == 0) {  // a new sequence in its slot: its prompt, its sampling
+        backend_.set_history(r.q->slot, 0, r.q->req.prompt);
+        backend_.set_sampling(r.q->slot, r.q->req.sampling ? schedule::slot_sampling_of(*r.q->req.sampling) : schedule::SlotSampling{});
+      }
     backend_.run_steps(run);
     // Every row that fed a token at the last step: finite logits (a NaN in the weights, or one
     // that reached the KV cache, shows there).

@@ -10,11 +10,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "device/runtime.hpp"
+#include "schedules/ops/sample.hpp"
 
 namespace mk::device {
 
@@ -39,6 +41,9 @@ struct EngineResult {
 struct EngineRequest {
   std::vector<int32_t> prompt;  // at least one token, ids inside the vocabulary
   uint32_t max_tokens = 16;     // at least 1; prompt + max_tokens - 1 positions must fit the context
+  // Its own sampling, for a schedule with a sample op (none: the op's parameters; an argmax
+  // schedule decodes greedily whatever this says).
+  std::optional<schedule::SamplingParams> sampling;
   std::function<bool(int32_t)> is_stop;  // end-of-sequence tokens (the token ends it; not passed to on_token)
   // Each generated token but a stop token, in order, on the engine's thread; false ends the
   // sequence there (reason stop).

@@ -25,6 +25,7 @@ class EmulatorBackend : public Backend {
     // Not a member initializer: that ran before the check above, and a context of 4e9
     // positions allocated 16 GB of token history before it was refused.
     history_.assign((opt.max_context + size_t{1}) * opt.slots, -1);
+    sampling_.assign(opt.slots, schedule::SlotSampling{});
     for (const schedule::Wait& w : s.waits) max_target_ = std::max(max_target_, w.target);
     buffers_.resize(s.tensors.size());
     pointers_.resize(s.tensors.size(), nullptr);
@@ -55,6 +56,10 @@ class EmulatorBackend : public Backend {
       throw std::invalid_argument("set_history: beyond the token history");
     std::copy(ids.begin(), ids.end(), history_.begin() + slot * (opt_.max_context + size_t{1}) + first);
   }
+  void set_sampling(uint32_t slot, const schedule::SlotSampling& s) override {
+    if (slot >= opt_.slots) throw std::invalid_argument("set_sampling: slot " + std::to_string(slot) + " is outside the backend's");
+    sampling_[slot] = s;
+  }
 
   void run_steps(const StepRun& run) override {
     check_step_run(s_, run, opt_.slots, opt_.max_context);
@@ -73,7 +78,7 @@ class EmulatorBackend : public Backend {
       const schedule::StepContext ctx{last, opt_.max_context, ++generation_, run.rows(), kv_split_policy(s_, opt_.kv_splits),
                                       static_cast<uint32_t>(segments.size()), 0,
                                       run.all_logits ? schedule::kNone : s_.logits_tensor, segments.data(), history_.data(),
-                                      nullptr};  // the emulator's own counters
+                                      nullptr /* the emulator's own counters */, sampling_.data()};
       emulator_.run_step(ctx, {pointers_.data(), static_cast<uint32_t>(pointers_.size())}, opt_.order, opt_.seed + last);
     }
   }
@@ -105,6 +110,7 @@ class EmulatorBackend : public Backend {
   std::vector<std::vector<uint8_t>> buffers_;
   std::vector<void*> pointers_;
   std::vector<int32_t> history_;  // [slots][max_context + 1], made once the context is checked
+  std::vector<schedule::SlotSampling> sampling_;  // [slots]
   uint32_t generation_ = 0;
   uint32_t max_target_ = 1;
 };

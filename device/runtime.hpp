@@ -36,6 +36,12 @@ class Backend {
   virtual std::string name() const = 0;
   // Writes history[slot][first, first + ids.size()).
   virtual void set_history(uint32_t slot, uint32_t first, const std::vector<int32_t>& ids) = 0;
+  // The slot's sampling from the next run on (StepContext::sampling): a sample op's rows of this
+  // slot take these parameters where `set`, else the op's own (a fresh backend's every slot).
+  // A backend without it (a test's) refuses a set one.
+  virtual void set_sampling(uint32_t slot, const schedule::SlotSampling& s) {
+    if (s.set) throw std::runtime_error(name() + ": no per-sequence sampling (slot " + std::to_string(slot) + ")");
+  }
   // Runs the steps (check_step_run first). May return before they finish.
   virtual void run_steps(const StepRun&) = 0;
   // Waits for the runs that write history[slot][begin, end) (throws if one failed) and returns it.

@@ -13,7 +13,7 @@ double instruction_bytes(const Instruction& inst, uint32_t context) {
 }
 
 StepContext cost_step(const KvSplitPolicy& policy, uint32_t context) {
-  return StepContext{context ? context - 1 : 0, context, 1, 1, policy, 0, 0, kNone, nullptr, nullptr, nullptr};
+  return StepContext{context ? context - 1 : 0, context, 1, 1, policy, 0, 0, kNone, nullptr, nullptr, nullptr, nullptr};
 }
 
 double instruction_us(const Instruction& inst, const CostModel& m, const StepContext& step) {

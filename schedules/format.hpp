@@ -146,6 +146,16 @@ struct StepSegment {
   uint32_t fed_from;   // a row at position q writes its token to the history at q + 1 when q + 1 >= fed_from
 };
 
+// A sequence's own sampling parameters, which a sample op takes in place of its payload's
+// (schedules/ops/sample.hpp: slot_sampling) where `set`; one a slot, in the executing side's memory.
+struct SlotSampling {
+  float temperature;
+  uint32_t top_k;
+  float top_p;
+  uint32_t seed_lo, seed_hi;
+  uint32_t set;  // 0: the sample op's own parameters
+};
+
 // What changes from one step to the next; passed to every op body. Token ids live in a history
 // in the executing side's memory ([slot][max_context + 1]): row r of segment g decodes
 // history[g.slot][q] (q its position) and its greedy (or sampled) token may go to
@@ -167,6 +177,7 @@ struct StepContext {
   int32_t* history;             // [slots][max_context + 1]
   uint32_t* counters;  // [counter_count] the executing side's counters: an op whose tasks combine
                        // by ticket (last_ticket) counts on its own counter there
+  const SlotSampling* sampling;  // [slots] each sequence's sampling, or nullptr: every sample op's own
 };
 
 // The segment holding row r (segments are in row order).

@@ -243,6 +243,55 @@ print(n)")
   finish "200 requests from 16 clients at once: every one answered correctly"
 }
 
+# A schedule with a sample op: each request its own temperature and seed, the text mkrun gives
+# with them; two at once with other seeds get what each gets alone.
+check_sampling() {
+  begin
+  sed 's/op: argmax/op: sample/' "$ROOT/tests/tokenizer/eos-llama.yaml" >sample.yaml
+  "$BUILD/mkplan" sample.yaml -o s2.bin --sms 4 --max-tokens 4 -q >/dev/null 2>&1
+  # Random weights (the fixture's logits are too sharp to sample), the fixture's tokenizer.
+  "$BUILD/mkweights" s2.bin -o w2 --seed 3 >/dev/null 2>&1
+  cp w/tokenizer.json w/tokenizer_config.json w/generation_config.json w2/
+  local seed want got
+  for seed in 7 8; do
+    "$BUILD/mkrun" s2.bin w2 --backend emulator --prompt . --tokens 24 --temperature 1.5 --seed $seed --json >mkrun_s$seed.json 2>/dev/null
+  done
+  expect "the two seeds gave mkrun the same text" test "$(python3 -c "import json; print(json.load(open('mkrun_s7.json'))['text'])")" != \
+    "$(python3 -c "import json; print(json.load(open('mkrun_s8.json'))['text'])")"
+  "$BUILD/mkserve" s2.bin w2 --backend emulator --port 0 --max-context 256 2>sampling.log &
+  local server=$!
+  PIDS+=("$server")
+  local port=""
+  for _ in $(seq 1 200); do
+    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' sampling.log)
+    [[ -n $port ]] && break
+    sleep 0.05
+  done
+  local clients=()
+  for seed in 7 8; do
+    curl -s --max-time 60 -d "{\"prompt\": \".\", \"max_tokens\": 24, \"temperature\": 1.5, \"seed\": $seed}" \
+      "http://127.0.0.1:$port/v1/completions" >served_s$seed.json &
+    clients+=($!)
+  done
+  wait "${clients[@]}"
+  for seed in 7 8; do
+    expect "seed $seed: the served text differs from mkrun's: $(head -c 300 served_s$seed.json)" python3 -c "
+import json
+want = json.load(open('mkrun_s$seed.json'))['text']
+got = json.load(open('served_s$seed.json'))['choices'][0]['text']
+assert got == want, (got, want)"
+  done
+  post_to() { STATUS=$(curl -s -o "$WORK/stdout" -w '%{http_code}' --max-time 60 -d "$2" "http://127.0.0.1:$port$1"); }
+  "$BUILD/mkrun" s2.bin w2 --backend emulator --prompt . --tokens 24 --json >mkrun_greedy.json 2>/dev/null
+  post_to /v1/completions '{"prompt": ".", "max_tokens": 24, "temperature": 0}'
+  expect "temperature 0 on a sampling server is not mkrun's greedy text" python3 -c "
+import json
+assert json.load(open('$WORK/stdout'))['choices'][0]['text'] == json.load(open('mkrun_greedy.json'))['text']"
+  kill -TERM "$server"
+  wait "$server"
+  finish "a sample op: each request samples with its own temperature and seed, as mkrun does with them; temperature 0 is greedy"
+}
+
 check_openai_client() {
   local modules=$ROOT/tests/serve/node_modules
   if [[ ! -d $modules/openai ]] || ! command -v node >/dev/null; then
@@ -260,6 +309,7 @@ check_stream
 check_hostile
 check_queue_and_disconnect
 check_load
+check_sampling
 check_openai_client
 
 begin

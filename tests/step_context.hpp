@@ -18,7 +18,7 @@ inline schedule::StepContext step_context(uint32_t pos, int32_t token, uint32_t 
   history.assign(size_t{max_context > pos ? max_context : pos + 1} + 1, -1);
   history.at(pos) = token;
   segment = {0, pos, 1, 0, pos + 1};  // the step's token goes to history[pos + 1]
-  return {pos, max_context, generation, 1, kv_splits, 1, 0, schedule::kNone, &segment, history.data(), counters};
+  return {pos, max_context, generation, 1, kv_splits, 1, 0, schedule::kNone, &segment, history.data(), counters, nullptr};
 }
 
 // A step of several rows: `segments` as given (row_begin, and the context's rows, from their
@@ -33,7 +33,7 @@ inline schedule::StepContext step_context(std::vector<schedule::StepSegment>& se
     longest = g.start + g.rows - 1 > longest ? g.start + g.rows - 1 : longest;
   }
   return {longest, max_context, generation, rows, kv_splits, static_cast<uint32_t>(segments.size()), 0, schedule::kNone, segments.data(),
-          history.data(), counters};
+          history.data(), counters, nullptr};
 }
 
 }  // namespace mk::test

@@ -6,6 +6,9 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -32,11 +35,19 @@ struct Model {
   mk::schedule::Schedule s;
   mk::test::TempDir dir{"mk_test_engine"};
   std::unique_ptr<mk::device::Checkpoint> ckpt;
-  Model(const std::string& name, uint32_t max_tokens, uint64_t seed) {
+  // `sample`: the example with a sample op in place of its argmax.
+  Model(const std::string& name, uint32_t max_tokens, uint64_t seed, bool sample = false) {
     mk::planner::PlanOptions o;
     o.sm_count = 5;
     o.max_tokens = max_tokens;
-    s = mk::planner::plan(mk::dsl::parse_file(fs::path(MK_SOURCE_DIR) / "examples" / (name + ".yaml")), o).schedule;
+    std::ifstream f(fs::path(MK_SOURCE_DIR) / "examples" / (name + ".yaml"));
+    std::string yaml((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (sample) {  // the argmax line (one task: a sample op is not split) as a sample op's
+      const size_t at = yaml.find("{op: argmax");
+      REQUIRE(at != std::string::npos);
+      yaml.replace(at, yaml.find('}', at) + 1 - at, "{op: sample, in: logits, out: next_token}");
+    }
+    s = mk::planner::plan(mk::dsl::parse_string(yaml, name + ".yaml"), o).schedule;
     mk::device::write_random_checkpoint(s, dir.path, seed);
     ckpt = std::make_unique<mk::device::Checkpoint>(mk::device::Checkpoint::open(dir.path));
   }
@@ -49,14 +60,20 @@ struct Model {
   }
 };
 
-// What one sequence gives alone (a backend of its own, one position a step).
-std::vector<int32_t> alone(const Model& m, const std::vector<int32_t>& prompt, uint32_t tokens, uint32_t max_context) {
-  auto b = m.backend(1, max_context);
+// What one sequence gives alone (a backend of its own, one position a step), sampling (where
+// given) with the parameters in the schedule's sample op, as mkrun --temperature sets them.
+std::vector<int32_t> alone(const Model& m, const std::vector<int32_t>& prompt, uint32_t tokens, uint32_t max_context,
+                           const std::optional<mk::schedule::SamplingParams>& sampling = std::nullopt) {
+  mk::schedule::Schedule s = m.s;
+  if (sampling) REQUIRE(mk::schedule::set_sampling(s, *sampling) == 1);
+  mk::device::RuntimeOptions o;
+  o.max_context = max_context;
+  auto b = mk::device::make_emulator_backend(s, *m.ckpt, o);
   mk::device::GenerateOptions g;
   g.prompt = prompt;
   g.tokens = tokens;
   g.prompt_chunk = 1;
-  return mk::device::generate(*b, m.s, g, max_context).tokens;
+  return mk::device::generate(*b, s, g, max_context).tokens;
 }
 
 // A request's outcome, filled on the engine's thread.
@@ -146,6 +163,51 @@ TEST_CASE("engine: requests joining and leaving a running batch each get their o
     CHECK(st.running == 0);
     CHECK(st.waiting == 0);
   }
+}
+
+TEST_CASE("engine: each request samples with its own parameters, as its own run with them would") {
+  const Model m("tiny-llama", 4, 41, true);
+  const uint32_t max_context = 64;
+  auto b = m.backend(4, max_context);
+  Engine engine(*b, m.s, max_context, 8);
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(m.vocab()) - 1);
+  // (The random checkpoint's logits are far apart: temperatures of tens to sample at all.)
+  const std::vector<std::optional<mk::schedule::SamplingParams>> params = {
+      mk::schedule::SamplingParams{40.0f, 0, 1.0f, 5}, std::nullopt /* the op's: greedy */,
+      mk::schedule::SamplingParams{40.0f, 20, 0.9f, 5}, mk::schedule::SamplingParams{40.0f, 0, 1.0f, 6},
+      mk::schedule::SamplingParams{0.0f, 0, 1.0f, 0} /* greedy, asked */};
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<Outcome>> out;
+  for (size_t i = 0; i < params.size(); ++i) {
+    prompts.emplace_back(3 + i);
+    for (int32_t& t : prompts.back()) t = id(rng);
+    out.push_back(std::make_shared<Outcome>());
+    EngineRequest r = request(prompts[i], 24, out[i]);
+    r.sampling = params[i];
+    engine.submit(std::move(r));
+  }
+  std::thread runner([&] { engine.run(); });
+  REQUIRE(wait_for([&] {
+    for (auto& o : out) {
+      std::lock_guard<std::mutex> lock(o->mu);
+      if (!o->ended) return false;
+    }
+    return true;
+  }));
+  engine.shutdown();
+  runner.join();
+  for (size_t i = 0; i < params.size(); ++i) {
+    CAPTURE(i);
+    CHECK(out[i]->tokens == alone(m, prompts[i], 24, max_context, params[i]));
+  }
+  for (const size_t i : {0, 2, 3}) CHECK(out[i]->tokens != alone(m, prompts[i], 24, max_context));  // they did sample
+  CHECK(alone(m, prompts[0], 24, max_context, params[0]) != alone(m, prompts[0], 24, max_context, params[3]));  // by seed
+  CHECK(out[1]->tokens == alone(m, prompts[1], 24, max_context));
+  auto bad = std::make_shared<Outcome>();
+  EngineRequest r = request(prompts[0], 4, bad);
+  r.sampling = mk::schedule::SamplingParams{-1.0f, 0, 1.0f, 0};
+  CHECK_THROWS_AS(engine.submit(std::move(r)), std::invalid_argument);
 }
 
 TEST_CASE("engine: a stop token, a stop asked by on_token, cancellation, a full queue, shutdown") {

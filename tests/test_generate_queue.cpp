@@ -30,6 +30,10 @@ class QueuedEmulator : public mk::device::Backend {
   void set_history(uint32_t slot, uint32_t first, const std::vector<int32_t>& ids) override {
     inner_->set_history(slot, first, ids);
   }
+  void set_sampling(uint32_t slot, const mk::schedule::SlotSampling& s) override {
+    execute(queue_.size());  // the runs queued before it sample as they were set to
+    inner_->set_sampling(slot, s);
+  }
   void run_steps(const mk::device::StepRun& run) override {
     queue_.push_back(run);
     log.push_back("run " + std::to_string(run.segments[0].start));

@@ -74,14 +74,27 @@ TEST_CASE("serve api: completion bodies, their defaults and every refusal naming
   CHECK(refusal(json{{"prompt", "Hi"}, {"temperature", 0.5}}, false) == std::pair<int, std::string>{400, "temperature"});  // greedy
   CHECK(refusal(json{{"prompt", "Hi"}, {"temperature", 0}, {"user", "x"}}, false) == std::pair<int, std::string>{0, ""});
   CHECK(refusal(json{{"prompt", "Hi"}, {"stream_options", {{"include_usage", "yes"}}}}, false).first == 400);
-  // A sample op: the server's settings, or none.
+  CHECK(!mk::tools::parse_completion(json{{"prompt", "Hi"}, {"temperature", 0}, {"seed", 3}}, t, limits()).sampling);  // greedy
+  // A sample op: each request's own parameters, the server's where it names none.
   ServeLimits s = limits();
   s.sampling = true;
   s.sampling_params = {0.7f, 40, 0.9f, 5};
-  CHECK(refusal(json{{"prompt", "Hi"}}, false, s).first == 0);
-  CHECK(refusal(json{{"prompt", "Hi"}, {"temperature", 0.7}, {"top_k", 40}, {"seed", 5}}, false, s).first == 0);
-  CHECK(refusal(json{{"prompt", "Hi"}, {"temperature", 0.2}}, false, s) == std::pair<int, std::string>{400, "temperature"});
-  CHECK(refusal(json{{"prompt", "Hi"}, {"seed", 6}}, false, s).first == 400);
+  g = mk::tools::parse_completion(json{{"prompt", "Hi"}}, t, s);
+  REQUIRE(g.sampling);
+  CHECK(g.sampling->temperature == 0.7f);
+  CHECK(g.sampling->top_k == 40);
+  CHECK(g.sampling->top_p == 0.9f);
+  CHECK(g.sampling->seed == 5);
+  g = mk::tools::parse_completion(json{{"prompt", "Hi"}, {"temperature", 1.2}, {"top_k", -1}, {"top_p", 0.5}, {"seed", 99}}, t, s);
+  REQUIRE(g.sampling);
+  CHECK(g.sampling->temperature == 1.2f);
+  CHECK(g.sampling->top_k == 0);
+  CHECK(g.sampling->top_p == 0.5f);
+  CHECK(g.sampling->seed == 99);
+  CHECK(refusal(json{{"prompt", "Hi"}, {"temperature", 2.5}}, false, s) == std::pair<int, std::string>{400, "temperature"});
+  CHECK(refusal(json{{"prompt", "Hi"}, {"top_p", 0}}, false, s) == std::pair<int, std::string>{400, "top_p"});
+  CHECK(refusal(json{{"prompt", "Hi"}, {"top_k", -2}}, false, s) == std::pair<int, std::string>{400, "top_k"});
+  CHECK(refusal(json{{"prompt", "Hi"}, {"seed", "x"}}, false, s) == std::pair<int, std::string>{400, "seed"});
 }
 
 TEST_CASE("serve api: chat messages in the checkpoint's format, turns in order, refusals") {

@@ -245,7 +245,7 @@ TEST_CASE("trace: the emulator's logical clock, the same in any execution order"
   const auto& ev = traces[0];
   REQUIRE(ev.size() == s.instructions.size());
   std::vector<uint64_t> signalled(s.counter_count, 0);
-  const bool short_step = mk::schedule::short_step({1, 4, 1, 1, s.kv_splits, 0, 0, mk::schedule::kNone, nullptr, nullptr, nullptr});  // the step at 1
+  const bool short_step = mk::schedule::short_step({1, 4, 1, 1, s.kv_splits, 0, 0, mk::schedule::kNone, nullptr, nullptr, nullptr, nullptr});  // the step at 1
   for (uint32_t i = 0; i < ev.size(); ++i)
     for (uint32_t c : s.signals_of(s.instructions[i], short_step)) signalled[c] = std::max(signalled[c], ev[i].end);
   uint64_t span = 0;

@@ -78,8 +78,9 @@ int main(int argc, char** argv) {
                 "and --slots allow, the rest wait in a queue of --queue (beyond it: HTTP 503). A client that\n"
                 "disconnects mid-stream frees its slot at the next launch boundary. Chat prompts take the checkpoint's\n"
                 "chat format (Llama 3 or ChatML). Sampling follows the schedule: greedy with an argmax op; with a\n"
-                "sample op, --temperature, --top-k, --top-p and --seed for every request. SIGINT or SIGTERM ends what\n"
-                "runs and exits 0. One log line a request on stderr.",
+                "sample op (mkplan --sample) each request's temperature, top_k, top_p and seed, those it leaves out\n"
+                "from --temperature, --top-k, --top-p and --seed. SIGINT or SIGTERM ends what runs and exits 0. One\n"
+                "log line a request on stderr.",
             .examples = {{"s.bin Llama-3.2-1B-Instruct/ --port 8000", "serve on 127.0.0.1:8000"},
                          {"s8.bin Llama-3.2-1B-Instruct/ --max-context 8192 --api-key secret",
                           "up to 8 requests at once (s8.bin: mkplan --max-tokens 8), 8192 positions each, a key required"}},
@@ -107,10 +108,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cuda", "emulator"}));
   app.add_option("--tokenizer", tokenizer_dir, "folder of tokenizer.json (default: the checkpoint folder)");
-  app.add_option("--temperature", sampling.temperature, "with a sample op: every request's temperature")->capture_default_str();
-  app.add_option("--top-k", sampling.top_k, "with a sample op: among the K most likely tokens (0: all)")->capture_default_str();
-  app.add_option("--top-p", sampling.top_p, "with a sample op: among the most likely tokens of mass P")->capture_default_str();
-  app.add_option("--seed", sampling.seed, "with a sample op: the draws' seed")->capture_default_str();
+  app.add_option("--temperature", sampling.temperature, "with a sample op: the temperature of a request that names none")
+      ->capture_default_str();
+  app.add_option("--top-k", sampling.top_k, "with a sample op: a request's top_k where it names none (0: all)")->capture_default_str();
+  app.add_option("--top-p", sampling.top_p, "with a sample op: a request's top_p where it names none")->capture_default_str();
+  app.add_option("--seed", sampling.seed, "with a sample op: a request's seed where it names none")->capture_default_str();
   app.add_option("--watchdog", watchdog, "CUDA: seconds a wait may take before the launch stops with a report")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 86400.0));
@@ -236,6 +238,7 @@ int main(int argc, char** argv) {
       mk::device::EngineRequest r;
       r.prompt = g.prompt;
       r.max_tokens = g.max_tokens;
+      r.sampling = g.sampling;
       r.is_stop = [&stops](int32_t t) { return stops.count(t) != 0; };
       r.on_token = [live](int32_t t) {
         const std::string text = live->scanner.push(live->decoder.push(t));

@@ -2,6 +2,7 @@
 // /v1/chat/completions checked and turned into prompt ids and limits, the error objects, and the
 // stop strings' scanner. Header-only, like mkrun's helpers; the unit tests call it directly.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -35,7 +36,7 @@ inline nlohmann::json error_body(const ApiError& e) { return error_body(e.what()
 struct ServeLimits {
   uint32_t max_context = 0;
   bool sampling = false;                 // the schedule has a sample op
-  schedule::SamplingParams sampling_params;  // the server's (--temperature, --top-k, --top-p, --seed)
+  schedule::SamplingParams sampling_params;  // the server's defaults (--temperature, --top-k, --top-p, --seed)
   std::optional<tok::ChatFormat> chat;   // none: /v1/chat/completions is refused
 };
 
@@ -46,6 +47,7 @@ struct GenRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
   std::vector<std::string> stop;
+  std::optional<schedule::SamplingParams> sampling;  // with a sample op: this request's
 };
 
 namespace serve_detail {
@@ -111,25 +113,22 @@ inline void common_fields(const nlohmann::json& body, const ServeLimits& lim, Ge
       if (s.empty()) bad("stop", "holds an empty string");
   }
   if (const std::optional<int64_t> n = integer(body, "n"); n && *n != 1) bad("n", "must be 1 (one choice a request)");
-  // Sampling: the schedule's sample op holds one setting for every sequence, the server's.
+  // Sampling: each request its own with a sample op (what it leaves out, the server's); greedy
+  // with an argmax op.
   const schedule::SamplingParams& sp = lim.sampling_params;
   const double temperature = number(body, "temperature", 0, 2, lim.sampling ? sp.temperature : 0);
-  const double top_p = number(body, "top_p", 0, 1, lim.sampling ? sp.top_p : 1);
-  const std::optional<int64_t> top_k = integer(body, "top_k");
+  const double top_p = number(body, "top_p", 1e-9, 1, lim.sampling ? sp.top_p : 1);
+  std::optional<int64_t> top_k = integer(body, "top_k");
+  if (top_k && *top_k < -1) bad("top_k", "must be -1 or 0 (every token) or a count of tokens");
   const std::optional<int64_t> seed = integer(body, "seed");
   if (!lim.sampling) {
     if (temperature > 0)
       bad("temperature", "must be 0 here: this server decodes greedily (its schedule has no sample op; plan one with mkplan --sample)");
     return;
   }
-  auto differs = [](double a, double b) { return std::fabs(a - b) > 1e-6; };
-  if (differs(temperature, sp.temperature) || differs(top_p, sp.top_p) || (top_k && *top_k != int64_t(sp.top_k)) ||
-      (seed && *seed != int64_t(sp.seed)))
-    throw ApiError(400,
-                   "this server samples every sequence with its own settings (temperature " + nlohmann::json(sp.temperature).dump() +
-                       ", top_p " + nlohmann::json(sp.top_p).dump() + ", top_k " + std::to_string(sp.top_k) + ", seed " +
-                       std::to_string(sp.seed) + "; mkserve --temperature, --top-p, --top-k, --seed): leave them out or send these",
-                   "temperature");
+  g.sampling = schedule::SamplingParams{static_cast<float>(temperature),
+                                        top_k ? static_cast<uint32_t>(std::clamp<int64_t>(*top_k, 0, UINT32_MAX)) : sp.top_k,
+                                        static_cast<float>(top_p), seed ? static_cast<uint64_t>(*seed) : sp.seed};
 }
 
 inline std::string message_text(const nlohmann::json& content, size_t i) {

@@ -42,6 +42,7 @@ class CudaBackend : public Backend {
     exec_.set_tokens(slot, first, ids.data(), static_cast<uint32_t>(ids.size()));
   }
 
+  void set_sampling(uint32_t slot, const schedule::SlotSampling& s) override { exec_.set_sampling(slot, s); }
   void run_steps(const StepRun& run) override { exec_.launch(run); }
 
   std::vector<int32_t> read_history(uint32_t slot, uint32_t begin, uint32_t end) override {

@@ -67,6 +67,7 @@ struct CudaExecutor::State {
   void** tensor_table = nullptr;
   ErrorRecord* error = nullptr;
   int32_t* history = nullptr;  // [slots][max_context + 1] token ids
+  schedule::SlotSampling* sampling = nullptr;  // [slots], zero (each sample op's own) until set
   uint32_t generation = 0;
   uint32_t rows_written = 0;  // rows of the last launch's steps: every tagged row below it is current
   uint32_t max_target = 1;
@@ -223,6 +224,8 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   check(cudaMemset(st_->history, 0xff, history * sizeof(int32_t)), "token history");
   p.tensors = TensorTable{st_->tensor_table, static_cast<uint32_t>(s.tensors.size())};
   p.history = st_->history;
+  check(cudaMalloc(&st_->sampling, opt.slots * sizeof(schedule::SlotSampling)), "sampling");
+  check(cudaMemset(st_->sampling, 0, opt.slots * sizeof(schedule::SlotSampling)), "sampling");
   p.error = st_->error;
   p.timeout_ns = static_cast<uint64_t>(opt.watchdog_seconds * 1e9);
   p.ring_stages = st_->stages;
@@ -241,6 +244,7 @@ CudaExecutor::~CudaExecutor() {
   cudaFree(st_->params.counters);
   cudaFree(st_->error);
   cudaFree(st_->history);
+  cudaFree(st_->sampling);
   cudaFree(st_->params.trace);
   for (const State::Pending& p : st_->pending) cudaEventDestroy(p.done);
   for (cudaEvent_t e : st_->spare_events) cudaEventDestroy(e);
@@ -299,6 +303,12 @@ void CudaExecutor::set_tokens(uint32_t slot, uint32_t first, const int32_t* ids,
   check(cudaMemcpy(st_->history + uint64_t{slot} * (st_->opt.max_context + 1) + first, ids, n * sizeof(int32_t),
                    cudaMemcpyHostToDevice),
         "set_tokens");
+}
+
+void CudaExecutor::set_sampling(uint32_t slot, const schedule::SlotSampling& s) {
+  if (slot >= st_->opt.slots) throw CudaError("set_sampling: slot " + std::to_string(slot) + " is outside the executor's");
+  check(cudaStreamSynchronize(st_->stream), "set_sampling");
+  check(cudaMemcpy(st_->sampling + slot, &s, sizeof s, cudaMemcpyHostToDevice), "set_sampling");
 }
 
 std::vector<int32_t> CudaExecutor::tokens(uint32_t slot, uint32_t begin, uint32_t end) {
@@ -366,7 +376,8 @@ void CudaExecutor::launch(const StepRun& run) {
     p.ctx = schedule::StepContext{last, st_->opt.max_context, st_->generation + 1, rows,
                                   schedule::kv_split_policy(*st_->s, st_->opt.kv_splits),
                                   static_cast<uint32_t>(run.segments.size()), 0,
-                                  run.all_logits ? schedule::kNone : st_->s->logits_tensor, nullptr, nullptr, p.counters};
+                                  run.all_logits ? schedule::kNone : st_->s->logits_tensor, nullptr, nullptr, p.counters,
+                                  st_->sampling};
     p.steps = per_launch;
     p.advance = run.advance;
     st_->generation += per_launch;

@@ -69,6 +69,8 @@ class CudaExecutor {
   // The token histories on the device ([slots][max_context + 1]): a row of slot q at position p
   // decodes history[q][p].
   void set_tokens(uint32_t slot, uint32_t first, const int32_t* ids, uint32_t n);
+  // A slot's sampling parameters for the launches after this (StepContext::sampling).
+  void set_sampling(uint32_t slot, const schedule::SlotSampling&);
   // history[slot][begin, end): waits for the launches that write it (and checks them, as finish()
   // does), not for those queued after them.
   std::vector<int32_t> tokens(uint32_t slot, uint32_t begin, uint32_t end);

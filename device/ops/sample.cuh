@@ -63,11 +63,12 @@ void gpu_activations(const schedule::SamplePayload& p, F&& f) {
 namespace detail {
 // One row: its logits `in`, its position `pos` (the draw's); thread 0 writes its token as row r's.
 template <bool kOne>
-__device__ __forceinline__ void sample_row(const schedule::SamplePayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
+__device__ __forceinline__ void sample_row(const schedule::SamplePayload& op, const schedule::StepContext& ctx, const TensorTable& mem,
                                   unsigned char* scratch_bytes, uint32_t r) {
   namespace sd = schedule::sample_detail;
-  const float* in = mem.at<const float>(p.in) + uint64_t{r} * p.count;
   const schedule::StepSegment& seg = kOne ? ctx.segments[0] : schedule::row_segment(ctx, r);
+  const schedule::SamplePayload p = schedule::slot_sampling(op, ctx, seg);  // its sequence's parameters, or the op's
+  const float* in = mem.at<const float>(p.in) + uint64_t{r} * p.count;
   const uint32_t pos = schedule::row_position(ctx, seg, r);
   const schedule::ArgmaxPayload a = schedule::ArgmaxPayload::whole(p.in, p.out, p.count);
   double* scratch = reinterpret_cast<double*>(scratch_bytes);

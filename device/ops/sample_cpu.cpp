@@ -62,12 +62,14 @@ int32_t sample_row(const schedule::SamplePayload& p, const float* in, uint32_t p
 }
 }  // namespace
 
-// Each row of the step on its own, its draw keyed by its own position.
+// Each row of the step on its own, with its sequence's parameters (or the op's), its draw keyed
+// by its own position.
 void cpu_run(const schedule::SamplePayload& p, const schedule::StepContext& ctx, const TensorTable& mem) {
   for (uint32_t t = 0; t < ctx.rows; ++t) {
     if (!schedule::row_needed(ctx, p.in, t)) continue;  // a token nobody reads, of logits not made
     const schedule::StepSegment& g = schedule::row_segment(ctx, t);
-    const int32_t token = sample_row(p, mem.at<const float>(p.in) + uint64_t{t} * p.count, schedule::row_position(ctx, g, t));
+    const int32_t token = sample_row(schedule::slot_sampling(p, ctx, g), mem.at<const float>(p.in) + uint64_t{t} * p.count,
+                                     schedule::row_position(ctx, g, t));
     mem.at<int32_t>(p.out)[t] = token;
     if (int32_t* next = schedule::next_token_of(ctx, g, t)) *next = token;
   }

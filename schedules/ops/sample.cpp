@@ -17,10 +17,22 @@ std::string check_payload(const SamplePayload& p, const Schedule& s) {
   return {};
 }
 
-uint32_t set_sampling(Schedule& s, const SamplingParams& sp) {
+namespace {
+void check_sampling(const SamplingParams& sp) {
   if (!std::isfinite(sp.temperature) || sp.temperature < 0)
     throw std::invalid_argument("--temperature must be a number >= 0");
   if (!std::isfinite(sp.top_p) || !(sp.top_p > 0) || sp.top_p > 1) throw std::invalid_argument("--top-p must be in (0, 1]");
+}
+}  // namespace
+
+// (A top_k at or above the vocabulary keeps every token, as 0 does.)
+SlotSampling slot_sampling_of(const SamplingParams& sp) {
+  check_sampling(sp);
+  return {sp.temperature, sp.top_k, sp.top_p, static_cast<uint32_t>(sp.seed), static_cast<uint32_t>(sp.seed >> 32), 1};
+}
+
+uint32_t set_sampling(Schedule& s, const SamplingParams& sp) {
+  check_sampling(sp);
   uint32_t n = 0;
   for (Instruction& inst : s.instructions) {
     if (inst.opcode != static_cast<uint16_t>(Opcode::sample)) continue;

@@ -37,6 +37,20 @@ struct SamplingParams {
   float top_p = 1;
   uint64_t seed = 0;
 };
+// A sequence's own parameters (StepContext::sampling of the row's slot, where set), else the op's.
+MK_HD inline SamplePayload slot_sampling(const SamplePayload& p, const StepContext& ctx, const StepSegment& g) {
+  if (!ctx.sampling || !ctx.sampling[g.slot].set) return p;
+  const SlotSampling& s = ctx.sampling[g.slot];
+  SamplePayload q = p;
+  q.temperature = s.temperature;
+  q.top_k = s.top_k;
+  q.top_p = s.top_p;
+  q.seed_lo = s.seed_lo;
+  q.seed_hi = s.seed_hi;
+  return q;
+}
+// The parameters as a slot's (checked as set_sampling checks them: std::invalid_argument).
+SlotSampling slot_sampling_of(const SamplingParams&);
 // Sets the parameters of every sample op of a loaded schedule; returns how many there were.
 // Throws std::invalid_argument for values out of range.
 uint32_t set_sampling(Schedule&, const SamplingParams&);

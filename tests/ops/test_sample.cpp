@@ -209,3 +209,43 @@ TEST_CASE("op sample: set_sampling sets every sample op and checks the values") 
   CHECK_THROWS_WITH(mk::schedule::set_sampling(s, {.top_p = 0}), doctest::Contains("--top-p"));
   CHECK_THROWS_WITH(mk::schedule::set_sampling(s, {.top_k = 101}), doctest::Contains("larger than the vocabulary"));
 }
+
+TEST_CASE("op sample: each sequence's own parameters (StepContext::sampling) where set, the op's elsewhere") {
+  std::mt19937 rng(8821);
+  const uint32_t vocab = 500, slots = 3;
+  // Three one-row sequences in one step: slot 0 unset (the op's greedy parameters), slot 1 and
+  // slot 2 sampling with their own temperature, top-k, top-p and seed.
+  std::vector<float> rows;
+  std::vector<std::vector<float>> each;
+  for (uint32_t t = 0; t < slots; ++t) {
+    each.push_back(randn(vocab, rng, 0, 1));
+    rows.insert(rows.end(), each.back().begin(), each.back().end());
+  }
+  const std::vector<Params> own = {{}, {.temperature = 0.8f, .top_k = 50, .top_p = 0.95f, .seed = 77},
+                                   {.temperature = 1.3f, .top_k = 0, .top_p = 1, .seed = (3ull << 32) | 9}};
+  for (uint32_t pos = 20; pos < 60; ++pos) {
+    Memory mem;
+    SamplePayload p{};
+    p.in = mem.add_f32(rows);
+    p.out = mem.add_i32(std::vector<int32_t>(slots, kI32Poison));
+    p.count = vocab;  // the op's own parameters: greedy
+    std::vector<mk::schedule::StepSegment> segments;
+    for (uint32_t t = 0; t < slots; ++t) segments.push_back({t, pos + t, 1, 0, 0});
+    std::vector<int32_t> history(size_t{slots} * 101, 0);
+    StepContext ctx = mk::test::step_context(segments, history, 100, 1);
+    std::vector<mk::schedule::SlotSampling> sampling = {
+        mk::schedule::SlotSampling{}, mk::schedule::slot_sampling_of({own[1].temperature, own[1].top_k, own[1].top_p, own[1].seed}),
+        mk::schedule::slot_sampling_of({own[2].temperature, own[2].top_k, own[2].top_p, own[2].seed})};
+    ctx.sampling = sampling.data();
+    mk::device::cpu_run(p, ctx, mem.table());
+    CHECK(mem.guards_intact());
+    for (uint32_t t = 0; t < slots; ++t) {
+      CAPTURE(pos);
+      CAPTURE(t);
+      CHECK(mem.i32(p.out)[t] == run_sample(each[t], own[t], pos + t));  // as a step of its own with those parameters
+    }
+    CHECK(mem.i32(p.out)[0] == run_argmax(each[0]));
+  }
+  CHECK_THROWS_WITH_AS(mk::schedule::slot_sampling_of({.temperature = -0.5f}), doctest::Contains("--temperature"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(mk::schedule::slot_sampling_of({.top_p = 1.5f}), doctest::Contains("--top-p"), std::invalid_argument);
+}
