@@ -110,6 +110,14 @@ bool wait_for(const std::function<bool()>& done, double seconds = 60) {
   return true;
 }
 
+bool all_ended(const std::vector<std::shared_ptr<Outcome>>& out) {
+  for (const auto& o : out) {
+    std::lock_guard<std::mutex> lock(o->mu);
+    if (!o->ended) return false;
+  }
+  return true;
+}
+
 TEST_CASE("engine: requests joining and leaving a running batch each get their own run's tokens") {
   for (const char* name : {"tiny-llama", "tiny-qwen3"}) {
     CAPTURE(name);
@@ -141,13 +149,7 @@ TEST_CASE("engine: requests joining and leaving a running batch each get their o
       engine.submit(request(prompts[i], tokens[i], out[i]));
       ++submitted;
     }
-    REQUIRE(wait_for([&] {
-      for (auto& o : out) {
-        std::lock_guard<std::mutex> lock(o->mu);
-        if (!o->ended) return false;
-      }
-      return true;
-    }));
+    REQUIRE(wait_for([&] { return all_ended(out); }));
     engine.shutdown();
     runner.join();
     CHECK(submitted == prompts.size());
@@ -188,13 +190,7 @@ TEST_CASE("engine: each request samples with its own parameters, as its own run 
     engine.submit(std::move(r));
   }
   std::thread runner([&] { engine.run(); });
-  REQUIRE(wait_for([&] {
-    for (auto& o : out) {
-      std::lock_guard<std::mutex> lock(o->mu);
-      if (!o->ended) return false;
-    }
-    return true;
-  }));
+  REQUIRE(wait_for([&] { return all_ended(out); }));
   engine.shutdown();
   runner.join();
   for (size_t i = 0; i < params.size(); ++i) {
