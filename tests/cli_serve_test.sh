@@ -214,12 +214,16 @@ check_queue_and_disconnect() {
   for _ in $(seq 1 400); do h=$(curl -s "$URL/health"); [[ $h == *'"running":0'* && $h == *'"waiting":0'* ]] && break; sleep 0.05; done
   expect "the slot did not come back: $h" test "${h#*\"running\":0}" != "$h"
   expect "the server did not log the cancelled stream" grep -q "(cancelled)" small.log
+  local port=${URL##*:}
+  run "$BUILD/mkserve" s.bin w --backend emulator --port "$port"
+  expect "a second server on port $port: exit $RC, expected 1" rc_is 1
+  expect "a second server on port $port: no 'cannot listen'" err_has "cannot listen on 127.0.0.1:$port"
   kill -TERM "$SERVER"
   wait "$SERVER"
   RC=$?
   expect "SIGTERM: exit status $RC, expected 0" rc_is 0
   URL=$MAIN_URL
-  finish "a full queue answers 503 naming its length; a client that leaves mid-stream frees its slot; SIGTERM exits 0"
+  finish "a full queue answers 503 naming its length; a client that leaves mid-stream frees its slot; a port in use is refused; SIGTERM exits 0"
 }
 
 check_load() {

@@ -167,12 +167,17 @@ int main(int argc, char** argv) {
 #endif
     if (!backend) backend = mk::device::make_emulator_backend(schedule, ckpt, opt);
     mk::device::Engine engine(*backend, schedule, max_context, queue);
-    std::thread engine_thread([&] { engine.run(); });
 
     httplib::Server server;
     const size_t workers = engine.slots() + queue + 8;
     server.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
     server.set_payload_max_length(max_body);
+    // SO_REUSEADDR only: a restart binds at once, but a second server on a port in use fails
+    // (cpp-httplib's default, SO_REUSEPORT, let two servers share the port without a word).
+    server.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     std::mutex log_mu;
     std::atomic<uint64_t> next_id{1};
     const auto created = [] { return static_cast<int64_t>(std::time(nullptr)); };
@@ -357,7 +362,17 @@ int main(int argc, char** argv) {
     server.Post("/v1/chat/completions", [&](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
 
     const int bound = port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
-    if (bound < 0) throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port));
+    if (bound < 0) throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");
+    // The engine's thread from here on; whatever ends main ends it first.
+    std::thread engine_thread([&] { engine.run(); });
+    struct Stop {
+      mk::device::Engine& engine;
+      std::thread& thread;
+      ~Stop() {
+        engine.shutdown();
+        if (thread.joinable()) thread.join();
+      }
+    } stop_engine{engine, engine_thread};
     std::atomic<bool> closing{false};  // listen returned by itself: the signal thread leaves quietly
     std::thread signals([&] {
       int sig = 0;
