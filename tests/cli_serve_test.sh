@@ -214,6 +214,7 @@ check_queue_and_disconnect() {
   for _ in $(seq 1 400); do h=$(curl -s "$URL/health"); [[ $h == *'"running":0'* && $h == *'"waiting":0'* ]] && break; sleep 0.05; done
   expect "the slot did not come back: $h" test "${h#*\"running\":0}" != "$h"
   expect "the server did not log the cancelled stream" grep -q "(cancelled)" small.log
+  expect "no note that a greedy schedule refuses temperatures" grep -q "decodes greedily" small.log
   local port=${URL##*:}
   run "$BUILD/mkserve" s.bin w --backend emulator --port "$port"
   expect "a second server on port $port: exit $RC, expected 1" rc_is 1

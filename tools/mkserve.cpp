@@ -382,6 +382,12 @@ int main(int argc, char** argv) {
       engine.shutdown();  // every request ends (cancelled); their handlers answer
       server.stop();
     });
+    if (schedule.max_tokens == 1)
+      std::cerr << "mkserve: note: the schedule runs one token a step, so requests are served one at a time "
+                   "(plan with mkplan --max-tokens N to decode N at once and prefill prompts N positions a step)\n";
+    if (!limits.sampling)
+      std::cerr << "mkserve: note: the schedule decodes greedily (argmax): a request's temperature above 0 is refused "
+                   "(plan with mkplan --sample to sample)\n";
     std::cerr << "mkserve: " << model_name << " on " << backend->name() << ", " << engine.slots() << " slot"
               << (engine.slots() == 1 ? "" : "s") << " of " << max_context << " positions, listening on http://" << host << ":"
               << bound << std::endl;
