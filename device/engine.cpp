@@ -209,14 +209,19 @@ bool Engine::launch() {
         backend_.set_sampling(r.q->slot, r.q->req.sampling ? schedule::slot_sampling_of(*r.q->req.sampling) : schedule::SlotSampling{});
       }
     backend_.run_steps(run);
-    // Every row that fed a token at the last step: finite logits (a NaN in the weights, or one
-    // that reached the KV cache, shows there).
+    // One row that fed a token at the last step: finite logits (as generate_batch checks: NaN or
+    // Inf weights show in every row, and a NaN a step makes reaches every later step of its
+    // sequence through the KV cache), a vocabulary's copy a launch rather than one a sequence.
     row = 0;
+    const Row* fed = nullptr;  // the last row that fed a token
+    uint32_t fed_row = 0;
     for (const Row& r : plan) {
-      const uint32_t last = r.first + r.rows - 1 + (steps - 1);
-      if (last + 1 >= r.q->length())
-        check_finite_logits(backend_.logits_rows(row + r.rows - 1, 1), last, r.q->length() + r.q->req.max_tokens - 1);
       row += r.rows;
+      if (r.first + r.rows + steps - 1 >= r.q->length()) fed = &r, fed_row = row - 1;
+    }
+    if (fed) {
+      const uint32_t last = fed->first + fed->rows - 1 + (steps - 1);
+      check_finite_logits(backend_.logits_rows(fed_row, 1), last, fed->q->length() + fed->q->req.max_tokens - 1);
     }
     for (const Row& r : plan) {
       Sequence& q = *r.q;

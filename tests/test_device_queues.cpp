@@ -117,19 +117,18 @@ void check_rewrite(const schedule::Schedule& s, const ActivationLists& acts, con
     for (size_t k = 0; k < kept.size(); ++k) CHECK((got[k].counter == kept[k].counter && got[k].target == kept[k].target));
     CHECK(now.short_wait_count == kept_short.size());
   }
-  // kUnwaited exactly where no wait list of the step's kind names the counter.
+  // kUnwaited exactly where no wait list of the step's kind names the counter: from the
+  // schedule's own lists (a kept counter's waits are all kept), signal by signal in order.
   for (const bool brief : {false, true}) {
     std::vector<uint8_t> waited(s.counter_count, 0);
-    for (const schedule::Instruction& inst : q.instructions) {
-      const schedule::ListRange w = schedule::wait_range(inst, brief);
-      for (uint32_t k = 0; k < w.count; ++k) waited[q.waits[w.begin + k].counter] = 1;
-    }
-    for (const schedule::Instruction& inst : q.instructions) {
-      const schedule::ListRange r = schedule::signal_range(inst, brief);
-      for (uint32_t k = 0; k < r.count; ++k) {
-        const uint32_t c = q.signals[r.begin + k];
-        CHECK(((c & device::kUnwaited) != 0) == !waited[c & ~device::kUnwaited]);
-      }
+    for (const schedule::Instruction& inst : s.instructions)
+      for (const schedule::Wait& w : s.waits_of(inst, brief)) waited[w.counter] = after[w.counter] > 0;
+    for (size_t i = 0; i < s.instructions.size(); ++i) {
+      std::vector<uint32_t> want;
+      for (const uint32_t c : s.signals_of(s.instructions[i], brief))
+        if (after[c]) want.push_back(waited[c] ? c : c | device::kUnwaited);
+      const schedule::ListRange r = schedule::signal_range(q.instructions[i], brief);
+      CHECK(std::vector<uint32_t>(q.signals.begin() + r.begin, q.signals.begin() + r.begin + r.count) == want);
     }
   }
   // Still every wait met by exactly its signals, every task once, no cycle (the planner's proof).

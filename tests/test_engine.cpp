@@ -3,11 +3,10 @@
 // and refused requests.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <memory>
 #include <mutex>
@@ -21,6 +20,7 @@
 #include "device/weights.hpp"
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
+#include "tests/sample_model.hpp"
 #include "tests/temp_dir.hpp"
 
 namespace {
@@ -40,14 +40,11 @@ struct Model {
     mk::planner::PlanOptions o;
     o.sm_count = 5;
     o.max_tokens = max_tokens;
-    std::ifstream f(fs::path(MK_SOURCE_DIR) / "examples" / (name + ".yaml"));
-    std::string yaml((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    if (sample) {  // the argmax line (one task: a sample op is not split) as a sample op's
-      const size_t at = yaml.find("{op: argmax");
-      REQUIRE(at != std::string::npos);
-      yaml.replace(at, yaml.find('}', at) + 1 - at, "{op: sample, in: logits, out: next_token}");
-    }
-    s = mk::planner::plan(mk::dsl::parse_string(yaml, name + ".yaml"), o).schedule;
+    const fs::path file = fs::path(MK_SOURCE_DIR) / "examples" / (name + ".yaml");
+    s = mk::planner::plan(sample ? mk::dsl::parse_string(mk::test::yaml_with_sample_op(file.string()), name + ".yaml")
+                                 : mk::dsl::parse_file(file),
+                          o)
+            .schedule;
     mk::device::write_random_checkpoint(s, dir.path, seed);
     ckpt = std::make_unique<mk::device::Checkpoint>(mk::device::Checkpoint::open(dir.path));
   }
@@ -110,6 +107,29 @@ bool wait_for(const std::function<bool()>& done, double seconds = 60) {
   return true;
 }
 
+// A backend that passes everything to another and notes how the engine filled its launches.
+struct Recording : mk::device::Backend {
+  std::unique_ptr<mk::device::Backend> inner;
+  size_t most_segments = 0;
+  uint32_t mixed_steps = 0;  // a prompt chunk of several rows beside a decoding row
+  explicit Recording(std::unique_ptr<mk::device::Backend> b) : inner(std::move(b)) {}
+  std::string name() const override { return inner->name(); }
+  uint32_t slots() const override { return inner->slots(); }
+  void set_history(uint32_t slot, uint32_t first, const std::vector<int32_t>& ids) override { inner->set_history(slot, first, ids); }
+  void set_sampling(uint32_t slot, const mk::schedule::SlotSampling& s) override { inner->set_sampling(slot, s); }
+  void run_steps(const mk::device::StepRun& run) override {
+    most_segments = std::max(most_segments, run.segments.size());
+    bool chunk = false, single = false;
+    for (const auto& g : run.segments) (g.rows > 1 ? chunk : single) = true;
+    mixed_steps += chunk && single;
+    inner->run_steps(run);
+  }
+  std::vector<int32_t> read_history(uint32_t slot, uint32_t begin, uint32_t end) override {
+    return inner->read_history(slot, begin, end);
+  }
+  std::vector<float> logits_rows(uint32_t row, uint32_t rows) override { return inner->logits_rows(row, rows); }
+};
+
 bool all_ended(const std::vector<std::shared_ptr<Outcome>>& out) {
   for (const auto& o : out) {
     std::lock_guard<std::mutex> lock(o->mu);
@@ -123,8 +143,8 @@ TEST_CASE("engine: requests joining and leaving a running batch each get their o
     CAPTURE(name);
     const Model m(name, 6, 31);
     const uint32_t max_context = 96;
-    auto b = m.backend(4, max_context);  // 4 slots for 9 requests: some wait for a slot
-    Engine engine(*b, m.s, max_context, 16);
+    Recording b(m.backend(4, max_context));  // 4 slots for 9 requests: some wait for a slot
+    Engine engine(b, m.s, max_context, 16);
     CHECK(engine.slots() == 4);
     std::mt19937 rng(5);
     std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(m.vocab()) - 1);
@@ -162,6 +182,9 @@ TEST_CASE("engine: requests joining and leaving a running batch each get their o
     }
     const Engine::Stats st = engine.stats();
     CHECK(st.served == prompts.size());
+    // They ran together: launches of four sequences, and prompt chunks beside decoding rows.
+    CHECK(b.most_segments == 4);
+    CHECK(b.mixed_steps > 0);
     CHECK(st.running == 0);
     CHECK(st.waiting == 0);
   }

@@ -32,7 +32,7 @@ SlotSampling slot_sampling_of(const SamplingParams& sp) {
 }
 
 uint32_t set_sampling(Schedule& s, const SamplingParams& sp) {
-  check_sampling(sp);
+  const SlotSampling params = slot_sampling_of(sp);
   uint32_t n = 0;
   for (Instruction& inst : s.instructions) {
     if (inst.opcode != static_cast<uint16_t>(Opcode::sample)) continue;
@@ -41,11 +41,7 @@ uint32_t set_sampling(Schedule& s, const SamplingParams& sp) {
     if (sp.top_k > p.count)
       throw std::invalid_argument("--top-k " + std::to_string(sp.top_k) + " is larger than the vocabulary (" +
                                   std::to_string(p.count) + ")");
-    p.temperature = sp.temperature;
-    p.top_k = sp.top_k;
-    p.top_p = sp.top_p;
-    p.seed_lo = static_cast<uint32_t>(sp.seed);
-    p.seed_hi = static_cast<uint32_t>(sp.seed >> 32);
+    p = with_sampling(p, params);
     memcpy(inst.payload, &p, sizeof p);
     ++n;
   }

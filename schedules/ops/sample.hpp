@@ -37,17 +37,18 @@ struct SamplingParams {
   float top_p = 1;
   uint64_t seed = 0;
 };
+// The payload with these parameters.
+MK_HD inline SamplePayload with_sampling(SamplePayload p, const SlotSampling& s) {
+  p.temperature = s.temperature;
+  p.top_k = s.top_k;
+  p.top_p = s.top_p;
+  p.seed_lo = s.seed_lo;
+  p.seed_hi = s.seed_hi;
+  return p;
+}
 // A sequence's own parameters (StepContext::sampling of the row's slot, where set), else the op's.
 MK_HD inline SamplePayload slot_sampling(const SamplePayload& p, const StepContext& ctx, const StepSegment& g) {
-  if (!ctx.sampling || !ctx.sampling[g.slot].set) return p;
-  const SlotSampling& s = ctx.sampling[g.slot];
-  SamplePayload q = p;
-  q.temperature = s.temperature;
-  q.top_k = s.top_k;
-  q.top_p = s.top_p;
-  q.seed_lo = s.seed_lo;
-  q.seed_hi = s.seed_hi;
-  return q;
+  return ctx.sampling && ctx.sampling[g.slot].set ? with_sampling(p, ctx.sampling[g.slot]) : p;
 }
 // The parameters as a slot's (checked as set_sampling checks them: std::invalid_argument).
 SlotSampling slot_sampling_of(const SamplingParams&);

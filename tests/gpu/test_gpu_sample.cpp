@@ -19,6 +19,7 @@
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
 #include "schedules/ops/sample.hpp"
+#include "tests/sample_model.hpp"
 #include "tests/temp_dir.hpp"
 
 namespace {
@@ -29,14 +30,7 @@ const std::string kSampleRoot = std::getenv("MK_SOURCE_DIR") ? std::getenv("MK_S
 
 // An example model with its argmax op (split or not) replaced by a sample op.
 dsl::ModelGraph sampling_model(const std::string& example) {
-  std::ifstream f(kSampleRoot + "/examples/" + example);
-  std::stringstream s;
-  s << f.rdbuf();
-  std::string yaml = s.str();
-  const size_t at = yaml.find("{op: argmax, in: logits, out: next_token");
-  REQUIRE(at != std::string::npos);
-  yaml.replace(at, yaml.find('}', at) + 1 - at, "{op: sample, in: logits, out: next_token}");
-  return dsl::parse_string(yaml, example);
+  return dsl::parse_string(test::yaml_with_sample_op(kSampleRoot + "/examples/" + example), example);
 }
 
 }  // namespace
