@@ -37,6 +37,16 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The A operand of mma_bf16 from shared memory in one instruction: four 8x8 bf16 matrices, lane l
+// giving the address of row l % 8 of matrix l / 8 (16-byte aligned): for a 16x16 tile, rows
+// (l % 16) at column 8 (l / 16), as a[0..3] = rows 0-7 and 8-15 of columns 0-7, then of 8-15.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&a)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(smem_addr(row))
+               : "memory");
+}
+
 // x0, x1 as a pair of bf16 (x0 in the low half) and what that rounding left, as another pair:
 // hi + lo holds each value to about 16 bits, so the tensor cores lose little against f32.
 __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {

@@ -23,17 +23,18 @@ namespace detail {
 // few rows takes long blocks: a stage's copies in flight are what keeps the stream going; 64
 // columns for 16 rows ran a 16-row task 6x slower than the one-row body on the H100), within what
 // the input's rows leave of shared memory. Shared-memory rows are padded so that the fragments'
-// loads hit distinct banks: a weight row of K bf16 in 2K + 16 bytes ((K + 8) / 2 words, 4 mod 32:
-// the 8 rows a fragment reads start 4 banks apart), an input row of K f32 in 4K + 32 bytes (K + 8
+// loads hit distinct banks: a weight row of K bf16 in 2K + 16 bytes (16 mod 128: the 8 rows an
+// ldmatrix phase reads fill the 32 banks once), an input row of K f32 in 4K + 32 bytes (K + 8
 // words, 8 mod 32: 8 banks apart), K a multiple of 64.
 inline constexpr uint32_t kRowBlock = 64;
 inline constexpr uint32_t kStageWeightBytes = 24 * 1024;
 inline constexpr uint32_t kMaxColBlock = 2048;
-inline constexpr uint32_t kMaxRowItems = (kRowBlock / 8) * (kMaxCudaRows / 16) / kWarps + 1;
+inline constexpr uint32_t kRowGroups = kRowBlock / 16;                                   // of the mma's 16 rows
+inline constexpr uint32_t kMaxTokenGroups = (kMaxCudaRows / 8 + kWarps - 1) / kWarps;  // a warp's, of 8 rows
 inline constexpr uint32_t kMaxStagesRows = 8;
 
 struct RowsLayout {
-  uint32_t n, groups;  // the step's rows computed; groups of 16 of them (the mma's M)
+  uint32_t n;          // the step's rows computed
   uint32_t weights;    // weight rows a tile (up to kRowBlock, twice that for silu_mul)
   uint32_t kb;         // columns a stage, a multiple of 64
   uint32_t stage_bytes, stages;
@@ -54,6 +55,19 @@ __device__ inline const uint16_t* weight_row(const schedule::MatvecPayload& p, c
   uint32_t s = 0, first = 0;
   while (s + 1 < p.weight_count && row >= p.weight_row_end[s]) first = p.weight_row_end[s++];
   return mem.at<const uint16_t>(p.weight[s]) + uint64_t{row - first} * p.cols;
+}
+
+// f(r, c) for this thread's share of `count` rows of `per_row` 16-byte chunks (chunk i = tid,
+// tid + kThreads, ... as row i / per_row, chunk i % per_row), stepping without a division.
+template <class F>
+__device__ __forceinline__ void for_chunks(uint32_t count, uint32_t per_row, F&& f) {
+  const uint32_t dr = kThreads / per_row, dc = kThreads % per_row;
+  uint32_t r = threadIdx.x / per_row, c = threadIdx.x % per_row;
+  while (r < count) {
+    f(r, c);
+    r += dr, c += dc;
+    if (c >= per_row) c -= per_row, ++r;
+  }
 }
 
 // Out of line, with its own register allocation (as every op body).
@@ -80,7 +94,9 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
   const uint32_t n = used[0];  // the rows computed; compact row t is the step's row used[1 + t]
   if (n == 0) return;          // a prompt chunk's LM head: no row needs its logits
   const uint32_t rb_rows = min(kRowBlock, rows);  // weight rows a row block (of gate's and of up's)
-  RowsLayout L{n, (n + 15) / 16, silu ? 2 * rb_rows : rb_rows, 64, 0, 0};
+  // The tile's rows: row groups of 16 (gate's, then as many of up's for silu), zeros past the task's.
+  const uint32_t rgroups = (rb_rows + 15) / 16, part = rgroups * 16;
+  RowsLayout L{n, silu ? 2 * part : part, 64, 0, 0};
   const uint32_t fixed = static_cast<uint32_t>(stage0 - scratch);
   // The column block: weights of about kStageWeightBytes a stage, up to the row's length, and at
   // least 3 stages in the scratch.
@@ -100,26 +116,23 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
   for (uint32_t t = tid; t < n; t += kThreads) ss[t] = 0.0f;
 
   const float* in = mem.at<const float>(p.in);
-  const uint32_t kblocks = (cols + KB - 1) / KB, bit = handoff.bit, x_chunks = n * (KB / 4);
-  // Stage s's copies of column block kb: the weight rows (zeros past the task's rows and the
-  // columns), the input rows, the norm weight's columns.
+  const uint32_t kblocks = (cols + KB - 1) / KB, bit = handoff.bit, wchunks = KB / 8, xchunks = KB / 4;
   // Stage s's copies of column block kb: 16 bytes a thread a copy, the weight rows (zeros past the
   // task's rows and the columns), the input rows, the norm weight's columns. (Bulk copies on the
   // ring's mbarriers, issued by one warp, were slower here and wrong: H100, 2026-12-06.)
   auto issue = [&](uint32_t s, uint32_t kb) {
     const uint32_t c0 = kb * KB, valid = min(KB, cols - c0);
     uint16_t* w = w_of(s);
-    for (uint32_t i = tid; i < L.weights * (KB / 8); i += kThreads) {
-      const uint32_t r = i / (KB / 8), c = i % (KB / 8) * 8;
+    for_chunks(L.weights, wchunks, [&](uint32_t r, uint32_t c) {
       const uint16_t* src = wrow[r];
-      const bool ok = src && c < valid;  // else zeros, from an address inside the weights, not read
-      cp_async16(w + r * ws + c, ok ? src + c0 + c : mem.at<const uint16_t>(p.weight[0]), ok ? 16 : 0);
-    }
+      const bool ok = src && c * 8 < valid;  // else zeros, from an address inside the weights, not read
+      cp_async16(w + r * ws + c * 8, ok ? src + c0 + c * 8 : mem.at<const uint16_t>(p.weight[0]), ok ? 16 : 0);
+    });
     float* x = x_of(s);
-    for (uint32_t i = tid; i < x_chunks; i += kThreads) {
-      const uint32_t t = i / (KB / 4), c = i % (KB / 4) * 4;
-      cp_async16(x + t * xs + c, in + uint64_t{used[1 + t]} * cols + c0 + (c < valid ? c : 0), c < valid ? 16 : 0);
-    }
+    for_chunks(n, xchunks, [&](uint32_t t, uint32_t c) {
+      const bool ok = c * 4 < valid;
+      cp_async16(x + t * xs + c * 4, in + uint64_t{used[1 + t]} * cols + c0 + (ok ? c * 4 : 0), ok ? 16 : 0);
+    });
     if (norm)
       for (uint32_t i = tid; i < KB / 8; i += kThreads)
         cp_async16(nw_of(s) + i * 8, mem.at<const uint16_t>(p.norm) + c0 + (i * 8 < valid ? i * 8 : 0), i * 8 < valid ? 16 : 0);
@@ -133,41 +146,51 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
     uint64_t start = 0;
     for (uint32_t round = 0;; ++round) {
       uint32_t stale = 0;
-      for (uint32_t i = tid; i < x_chunks; i += kThreads) {
-        const uint32_t t = i / (KB / 4), c = i % (KB / 4) * 4;
-        if (c < valid) stale |= stale_bits(*reinterpret_cast<const float4*>(x + t * xs + c), bit);
-      }
+      for_chunks(n, xchunks, [&](uint32_t t, uint32_t c) {
+        if (c * 4 < valid) stale |= stale_bits(*reinterpret_cast<const float4*>(x + t * xs + c * 4), bit);
+      });
       if (!block_any(stale)) return true;
       if (stale) keep_polling(round, start, p.in, bit ^ 1u);
       block_sync();
       if (handoff.failed) return false;
-      for (uint32_t i = tid; i < x_chunks; i += kThreads) {
-        const uint32_t t = i / (KB / 4), c = i % (KB / 4) * 4;
-        if (c < valid) *reinterpret_cast<float4*>(x + t * xs + c) = load_tagged4(in + uint64_t{used[1 + t]} * cols + c0 + c);
-      }
+      for_chunks(n, xchunks, [&](uint32_t t, uint32_t c) {
+        if (c * 4 < valid)
+          *reinterpret_cast<float4*>(x + t * xs + c * 4) = load_tagged4(in + uint64_t{used[1 + t]} * cols + c0 + c * 4);
+      });
     }
   };
 
-  // Work items: (weight row group of 8, input row group of 16), dealt to the warps in turn; each
-  // warp keeps its items' sums in registers across the columns.
-  const uint32_t row_groups = (rb_rows + 7) / 8, items = row_groups * L.groups;
-  // Fewer items than warps (few rows, few weight rows: batches of sequences decoding): the warps
-  // share an item's k-steps, `ksplit` to an item, and add their sums at the end, so that every
-  // warp works (an item a warp left 9 of 11 warps idle and ran a 16-row task compute-bound).
-  const uint32_t ksplit = items >= kWarps ? 1 : kWarps / items, share = warp / items;
-  const bool idle = ksplit > 1 && warp >= items * ksplit;
-  // The warp's j-th item, or `items` (none).
-  auto item_of = [&](uint32_t j) { return ksplit > 1 ? (j == 0 && !idle ? warp % items : items) : warp + j * kWarps; };
+  // The products: the mma's A is 16 weight rows (ldmatrix from the stage), its B 8 input rows (a
+  // "token group"), so a step of up to 8 rows wastes nothing of a weight tile's loads. A warp takes
+  // a token group against every weight row of the tile (the input's split into hi and lo done once
+  // for all of them), its sums in registers across the columns; with fewer token groups than
+  // warps (batches of sequences decoding) the warps share a group's k-steps, `ksplit` to a group,
+  // and add their sums at the end; with more (up to kMaxCudaRows / 8), a warp takes two groups.
+  const uint32_t tgroups = (n + 7) / 8;
+  const uint32_t ksplit = tgroups >= kWarps ? 1 : kWarps / tgroups, share = ksplit > 1 ? warp / tgroups : 0;
+  // The warp's j-th token group, or `tgroups` (none).
+  auto tg_of = [&](uint32_t j) {
+    if (ksplit > 1) return j == 0 && warp < tgroups * ksplit ? warp % tgroups : tgroups;
+    return warp + j * kWarps < tgroups ? warp + j * kWarps : tgroups;
+  };
+  uint32_t tgs[kMaxTokenGroups];
+#pragma unroll
+  for (uint32_t j = 0; j < kMaxTokenGroups; ++j) tgs[j] = tg_of(j);
+  // Lane l's row of an ldmatrix tile, and its column (ldmatrix_x4).
+  const uint32_t lane_at = (lane % 16) * ws + lane / 16 * 8, up_at = part * ws;
   uint32_t kb_all = 0;  // column blocks issued in all (their stages in turn)
   for (uint32_t rb = 0; rb < rows; rb += kRowBlock) {
     block_sync();  // the last row block's readers of wrow are done
-    for (uint32_t i = tid; i < L.weights; i += kThreads) wrow[i] = weight_row(p, mem, rb + i % rb_rows, silu, i / rb_rows);
+    for (uint32_t i = tid; i < L.weights; i += kThreads)
+      wrow[i] = i % part < rb_rows ? weight_row(p, mem, rb + i % part, silu, i / part) : nullptr;
     block_sync();
-    float acc[kMaxRowItems][4], up[kMaxRowItems][4];
+    float acc[kMaxTokenGroups][kRowGroups][4], up[kMaxTokenGroups][kRowGroups][4];
 #pragma unroll
-    for (uint32_t j = 0; j < kMaxRowItems; ++j)
+    for (uint32_t j = 0; j < kMaxTokenGroups; ++j)
 #pragma unroll
-      for (uint32_t e = 0; e < 4; ++e) acc[j][e] = up[j][e] = 0.0f;
+      for (uint32_t r = 0; r < kRowGroups; ++r)
+#pragma unroll
+        for (uint32_t e = 0; e < 4; ++e) acc[j][r][e] = up[j][r][e] = 0.0f;
     const uint32_t first = kb_all;
     for (uint32_t k = 0; k + 1 < L.stages && k < kblocks; ++k) issue((first + k) % L.stages, k);
     for (uint32_t kb = 0; kb < kblocks; ++kb) {
@@ -189,67 +212,72 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
           sum = warp_sum(sum);
           if (lane == 0) ss[t] += sum;
         }
-#pragma unroll 4
-      for (uint32_t ks = ksplit > 1 ? share : 0; ks < KB / 16; ks += ksplit) {
+#pragma unroll 2
+      for (uint32_t ks = tgs[0] < tgroups ? share : KB / 16; ks < KB / 16; ks += ksplit) {
         const uint32_t k0 = ks * 16 + 2 * q;
         float n0 = 1, n1 = 1, n8 = 1, n9 = 1;  // the norm weight folded into the input
         if (norm) {
           const uint32_t a = *reinterpret_cast<const uint32_t*>(nw + k0), b = *reinterpret_cast<const uint32_t*>(nw + k0 + 8);
           n0 = bf16_lo(a), n1 = bf16_hi(a), n8 = bf16_lo(b), n9 = bf16_hi(b);
         }
+        // B: lane (g, q) holds input row g of the group at columns 2q, 2q + 1 and 2q + 8, 2q + 9;
+        // rows past the step's are zeros (not in shared memory).
+        uint32_t hi[kMaxTokenGroups][2], lo[kMaxTokenGroups][2];
 #pragma unroll
-        for (uint32_t j = 0; j < kMaxRowItems; ++j) {
-          const uint32_t item = item_of(j);
-          if (item >= items) break;
-          const uint32_t rg = item % row_groups, tg = item / row_groups, t0 = tg * 16 + g;
-          // Input rows past the step's are zeros (not in shared memory).
-          const float2 zero = make_float2(0.0f, 0.0f);
-          const float* x0 = x + t0 * xs + k0;
-          const bool lo_ok = t0 < n, hi_ok = t0 + 8 < n;
-          const float2 a0 = lo_ok ? *reinterpret_cast<const float2*>(x0) : zero;
-          const float2 a1 = hi_ok ? *reinterpret_cast<const float2*>(x0 + 8 * xs) : zero;
-          const float2 a2 = lo_ok ? *reinterpret_cast<const float2*>(x0 + 8) : zero;
-          const float2 a3 = hi_ok ? *reinterpret_cast<const float2*>(x0 + 8 * xs + 8) : zero;
-          uint32_t hi[4], lo[4];
-          split_bf16x2(a0.x * n0, a0.y * n1, hi[0], lo[0]);
-          split_bf16x2(a1.x * n0, a1.y * n1, hi[1], lo[1]);
-          split_bf16x2(a2.x * n8, a2.y * n9, hi[2], lo[2]);
-          split_bf16x2(a3.x * n8, a3.y * n9, hi[3], lo[3]);
-          // Weight rows past the task's (a group of 8 cut short) read the zeros copied there, or
-          // the next group's rows: their sums are never stored.
-          const uint16_t* wr = w + min(rg * 8 + g, L.weights / (silu ? 2 : 1) - 1) * ws + k0;
-          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(wr), b1 = *reinterpret_cast<const uint32_t*>(wr + 8);
-          mma_bf16(acc[j], hi, b0, b1);
-          mma_bf16(acc[j], lo, b0, b1);
-          if (silu) {
-            const uint16_t* ur = wr + rb_rows * ws;
-            const uint32_t u0 = *reinterpret_cast<const uint32_t*>(ur), u1 = *reinterpret_cast<const uint32_t*>(ur + 8);
-            mma_bf16(up[j], hi, u0, u1);
-            mma_bf16(up[j], lo, u0, u1);
+        for (uint32_t j = 0; j < kMaxTokenGroups; ++j) {
+          const uint32_t tg = tgs[j], t = tg * 8 + g;
+          if (tg >= tgroups) break;
+          float2 v0 = make_float2(0.0f, 0.0f), v8 = v0;
+          if (t < n) {
+            v0 = *reinterpret_cast<const float2*>(x + t * xs + k0);
+            v8 = *reinterpret_cast<const float2*>(x + t * xs + k0 + 8);
+          }
+          split_bf16x2(v0.x * n0, v0.y * n1, hi[j][0], lo[j][0]);
+          split_bf16x2(v8.x * n8, v8.y * n9, hi[j][1], lo[j][1]);
+        }
+#pragma unroll
+        for (uint32_t r = 0; r < kRowGroups; ++r) {
+          if (r >= rgroups) break;
+          uint32_t a[4], u[4];
+          const uint16_t* tile = w + r * 16 * ws + lane_at + ks * 16;
+          ldmatrix_x4(a, tile);
+          if (silu) ldmatrix_x4(u, tile + up_at);
+#pragma unroll
+          for (uint32_t j = 0; j < kMaxTokenGroups; ++j) {
+            if (tgs[j] >= tgroups) break;
+            mma_bf16(acc[j][r], a, hi[j][0], hi[j][1]);
+            mma_bf16(acc[j][r], a, lo[j][0], lo[j][1]);
+            if (silu) {
+              mma_bf16(up[j][r], u, hi[j][0], hi[j][1]);
+              mma_bf16(up[j][r], u, lo[j][0], lo[j][1]);
+            }
           }
         }
       }
     }
     kb_all += kblocks;
-    // The k-split warps' sums to their item's first warp (share 0), which stores.
-    if (ksplit > 1) {
-      block_sync();
-      if (!idle && share > 0)
+    // The k-split warps' sums to their group's first warp (share 0), which stores: a row group a round.
+    const bool stores = tgs[0] < tgroups && share == 0;
+    if (ksplit > 1)
 #pragma unroll
-        for (uint32_t e = 0; e < 4; ++e) red[(warp * 32 + lane) * 8 + e] = acc[0][e], red[(warp * 32 + lane) * 8 + 4 + e] = up[0][e];
-      block_sync();
-      if (!idle && share == 0)
-        for (uint32_t h = 1; h < ksplit; ++h)
+      for (uint32_t r = 0; r < kRowGroups; ++r) {
+        if (r >= rgroups) break;
+        block_sync();
+        if (tgs[0] < tgroups && share > 0)
 #pragma unroll
-          for (uint32_t e = 0; e < 4; ++e) {
-            const uint32_t w2 = warp + h * items;
-            acc[0][e] += red[(w2 * 32 + lane) * 8 + e];
-            up[0][e] += red[(w2 * 32 + lane) * 8 + 4 + e];
-          }
-    }
-    const bool stores = !idle && (ksplit == 1 || share == 0);
-    // The epilogue: lane (g, q) holds rows g and g + 8 of its input group, weight rows 2q and
-    // 2q + 1 of its group.
+          for (uint32_t e = 0; e < 4; ++e) red[(warp * 32 + lane) * 8 + e] = acc[0][r][e], red[(warp * 32 + lane) * 8 + 4 + e] = up[0][r][e];
+        block_sync();
+        if (stores)
+          for (uint32_t h = 1; h < ksplit; ++h)
+#pragma unroll
+            for (uint32_t e = 0; e < 4; ++e) {
+              const uint32_t w2 = warp + h * tgroups;
+              acc[0][r][e] += red[(w2 * 32 + lane) * 8 + e];
+              up[0][r][e] += red[(w2 * 32 + lane) * 8 + 4 + e];
+            }
+      }
+    // The epilogue: lane (g, q) holds weight rows g and g + 8 of each row group, input rows 2q
+    // and 2q + 1 of its token group.
     block_sync();  // the sums of squares complete
     if (rb == 0)
       for (uint32_t t = tid; t < n; t += kThreads) inv[t] = norm ? rsqrtf(ss[t] / cols + p.eps) : 1.0f;
@@ -257,41 +285,43 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
     float* out = mem.at<float>(p.out);
     const float* residual = p.residual == schedule::kNone ? nullptr : mem.at<const float>(p.residual);
     const bool out_tagged = tagged_field(2), residual_tagged = residual && tagged_field(1);
-    // The residuals first, every load issued before any is used (a poll each, in turn, would be
-    // a round trip each); the rare value not yet this step's polled after.
-    float res[kMaxRowItems][4];
 #pragma unroll
-    for (uint32_t j = 0; j < kMaxRowItems; ++j)
+    for (uint32_t j = 0; j < kMaxTokenGroups; ++j) {
+      const uint32_t tg = stores ? tgs[j] : tgroups;
+      if (tg >= tgroups) break;
+      // The residuals first, every load issued before any is used (a poll each, in turn, would
+      // be a round trip each); the rare value not yet this step's polled after.
+      float res[kRowGroups][4];
 #pragma unroll
-      for (uint32_t e = 0; e < 4; ++e) {
-        const uint32_t item = stores ? item_of(j) : items, rg = item % row_groups, tg = item / row_groups;
-        const uint32_t t = tg * 16 + g + (e >= 2 ? 8 : 0), o = rb + rg * 8 + 2 * q + (e & 1);
-        const uint64_t at = uint64_t{t < n ? used[1 + t] : 0} * width + p.row_begin + o;
-        res[j][e] = !residual || item >= items || t >= n || o >= rows ? 0.0f
-                    : residual_tagged                               ? load_tagged(residual + at)
-                                                                    : load_activation(residual + at);
-      }
+      for (uint32_t r = 0; r < kRowGroups; ++r)
 #pragma unroll
-    for (uint32_t j = 0; j < kMaxRowItems; ++j) {
-      const uint32_t item = stores ? item_of(j) : items;
-      if (item >= items) break;
-      const uint32_t rg = item % row_groups, tg = item / row_groups;
-#pragma unroll
-      for (uint32_t e = 0; e < 4; ++e) {
-        const uint32_t t = tg * 16 + g + (e >= 2 ? 8 : 0), o = rb + rg * 8 + 2 * q + (e & 1);
-        if (t >= n || o >= rows) continue;
-        const float a = acc[j][e] * inv[t];
-        float y = silu ? a / (1.0f + expf(-a)) * (up[j][e] * inv[t]) : a;
-        const uint32_t row = p.row_begin + o;
-        if (!silu) {  // the bias of this row's weight, if any
-          uint32_t s = 0, firstrow = 0;
-          while (row >= p.weight_row_end[s]) firstrow = p.weight_row_end[s++];
-          if (p.bias[s] != schedule::kNone) y += bf16_to_f32(mem.at<const uint16_t>(p.bias[s])[row - firstrow]);
+        for (uint32_t e = 0; e < 4; ++e) {
+          const uint32_t t = tg * 8 + 2 * q + (e & 1), o = rb + r * 16 + g + (e >= 2 ? 8 : 0);
+          const uint64_t at = uint64_t{t < n ? used[1 + t] : 0} * width + p.row_begin + o;
+          res[r][e] = !residual || r >= rgroups || t >= n || o >= rows ? 0.0f
+                      : residual_tagged                                ? load_tagged(residual + at)
+                                                                       : load_activation(residual + at);
         }
-        const uint64_t at = uint64_t{used[1 + t]} * width + row;
-        float r = res[j][e];
-        if (residual_tagged && !fresh(r)) r = poll_tagged(residual + at, p.residual);
-        store_activation(out + at, r + y, out_tagged, handoff.bit);
+#pragma unroll
+      for (uint32_t r = 0; r < kRowGroups; ++r) {
+        if (r >= rgroups) break;
+#pragma unroll
+        for (uint32_t e = 0; e < 4; ++e) {
+          const uint32_t t = tg * 8 + 2 * q + (e & 1), o = rb + r * 16 + g + (e >= 2 ? 8 : 0);
+          if (t >= n || o >= rows) continue;
+          const float a = acc[j][r][e] * inv[t];
+          float y = silu ? a / (1.0f + expf(-a)) * (up[j][r][e] * inv[t]) : a;
+          const uint32_t row = p.row_begin + o;
+          if (!silu) {  // the bias of this row's weight, if any
+            uint32_t s = 0, firstrow = 0;
+            while (row >= p.weight_row_end[s]) firstrow = p.weight_row_end[s++];
+            if (p.bias[s] != schedule::kNone) y += bf16_to_f32(mem.at<const uint16_t>(p.bias[s])[row - firstrow]);
+          }
+          const uint64_t at = uint64_t{used[1 + t]} * width + row;
+          float rv = res[r][e];
+          if (residual_tagged && !fresh(rv)) rv = poll_tagged(residual + at, p.residual);
+          store_activation(out + at, rv + y, out_tagged, handoff.bit);
+        }
       }
     }
   }
