@@ -14,21 +14,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// Checks one sequence before anything runs: the prompt, its ids, its positions.
-void check_sequence(const SequenceOptions& q, size_t index, size_t count, uint64_t vocab, uint32_t max_context) {
-  const std::string who = count > 1 ? "sequence " + std::to_string(index + 1) + ": " : "";
-  if (q.prompt.empty()) throw std::invalid_argument(who + "the prompt needs at least one token");
-  for (int32_t id : q.prompt)
-    if (id < 0 || static_cast<uint64_t>(id) >= vocab)
-      throw std::invalid_argument(who + "prompt token " + std::to_string(id) + " is outside the vocabulary [0, " +
-                                  std::to_string(vocab) + ")");
-  const uint64_t positions = q.prompt.size() + (q.tokens ? uint64_t{q.tokens} - 1 : 0);
-  if (q.start + positions > max_context)
-    throw std::invalid_argument(who + std::to_string(positions) + " positions" +
-                                (q.start ? " after " + std::to_string(q.start) + " positions" : std::string()) +
-                                " do not fit a context of " + std::to_string(max_context) + " positions; raise --max-context");
-}
-
 // A piece of one prompt in a prefill step: prompt tokens [first, first + rows) of sequence `seq`.
 struct Piece {
   uint32_t seq, first, rows;
@@ -47,6 +32,20 @@ struct Sequence {
 };
 
 }  // namespace
+
+void check_sequence(const SequenceOptions& q, size_t index, size_t count, uint64_t vocab, uint32_t max_context) {
+  const std::string who = count > 1 ? "sequence " + std::to_string(index + 1) + ": " : "";
+  if (q.prompt.empty()) throw std::invalid_argument(who + "the prompt needs at least one token");
+  for (int32_t id : q.prompt)
+    if (id < 0 || static_cast<uint64_t>(id) >= vocab)
+      throw std::invalid_argument(who + "prompt token " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                  std::to_string(vocab) + ")");
+  const uint64_t positions = q.prompt.size() + (q.tokens ? uint64_t{q.tokens} - 1 : 0);
+  if (q.start + positions > max_context)
+    throw std::invalid_argument(who + std::to_string(positions) + " positions" +
+                                (q.start ? " after " + std::to_string(q.start) + " positions" : std::string()) +
+                                " do not fit a context of " + std::to_string(max_context) + " positions; raise --max-context");
+}
 
 std::vector<GenerateResult> generate_batch(Backend& b, const schedule::Schedule& s, const std::vector<SequenceOptions>& seqs,
                                            const BatchOptions& opt, uint32_t max_context) {

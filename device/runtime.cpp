@@ -99,6 +99,22 @@ class EmulatorBackend : public Backend {
     return out;
   }
 
+  // Back to the poison a fresh cache holds: every KV-cache tensor's entries of those positions,
+  // laid out [slot][shape[0]][position][shape[1]] (schedules/format.hpp).
+  void forget_positions(uint32_t slot, uint32_t begin, uint32_t end) override {
+    if (slot >= opt_.slots || begin > end || end > opt_.max_context)
+      throw std::invalid_argument("forget_positions: beyond the KV cache");
+    for (size_t i = 0; i < s_.tensors.size(); ++i) {
+      const schedule::Tensor& t = s_.tensors[i];
+      if (t.role != schedule::Role::kv_cache) continue;
+      const uint64_t heads = t.shape[0], width = t.elements() / heads * schedule::dtype_bytes(t.dtype);
+      for (uint64_t h = 0; h < heads; ++h) {
+        uint8_t* head = buffers_[i].data() + ((uint64_t{slot} * heads + h) * opt_.max_context) * width;
+        std::fill(head + begin * width, head + end * width, uint8_t{0xff});
+      }
+    }
+  }
+
   void enable_trace(bool on) override { emulator_.enable_trace(on); }
   std::vector<TraceEvent> trace() override { return emulator_.trace(); }
   bool trace_is_logical() const override { return true; }

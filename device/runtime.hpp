@@ -48,6 +48,10 @@ class Backend {
   virtual std::vector<int32_t> read_history(uint32_t slot, uint32_t begin, uint32_t end) = 0;
   // Rows [row, row + rows) of the last step's logits, [rows][vocab] (waits for it).
   virtual std::vector<float> logits_rows(uint32_t row, uint32_t rows) = 0;
+  // Positions [begin, end) of the slot hold nothing any step may read until a step writes them
+  // again (speculative decoding's rejected drafts). The emulator poisons their KV-cache entries, so
+  // that a read of one shows as NaN; the GPU leaves them, to be written over.
+  virtual void forget_positions(uint32_t slot, uint32_t begin, uint32_t end) { (void)slot, (void)begin, (void)end; }
   // Whether run_steps() queues its steps and read_history() waits only for the runs that write
   // what it reads: generate() then queues the next chunk before it reads one (the GPU's).
   virtual bool queues_runs() const { return false; }
@@ -129,6 +133,10 @@ struct GenerateResult {
   double prompt_tokens_per_s() const { return prompt_steps && prompt_seconds() > 0 ? prompt_steps / prompt_seconds() : 0.0; }
   double decode_tokens_per_s() const { return decode_seconds > 0 ? decode_steps() / decode_seconds : 0.0; }
 };
+
+// Refuses (std::invalid_argument, one line; "sequence N: " first where count > 1) a sequence
+// generate() cannot run: no prompt, an id outside the vocabulary, more positions than max_context.
+void check_sequence(const SequenceOptions&, size_t index, size_t count, uint64_t vocab, uint32_t max_context);
 
 // Prefills the prompt in chunks of up to max_tokens rows a step, then decodes. Checks the prompt
 // ids against the vocabulary and the positions (from opt.start) against the context before the

@@ -103,7 +103,7 @@ help_mentions() {
 
 check_help() {
   help_mentions mkplan "$MKPLAN" --sms --policy --dot --dot-level --dot-expand --dot-layers --dot-ops --output --emit-yaml --sample --force --version
-  help_mentions mkrun "$MKRUN" --prompt-ids --tokens --backend --max-context --dump-logits --order --seed --trace --watchdog --interactive --force --version
+  help_mentions mkrun "$MKRUN" --prompt-ids --tokens --backend --max-context --dump-logits --order --seed --trace --watchdog --interactive --speculate --force --version
   help_mentions mkweights "$MKWEIGHTS" --seed --out --force --version
 }
 
@@ -476,6 +476,25 @@ check_max_tokens() {
   clean_error mkplan '--max-tokens.*0.*(range|1)'
   expect "mt0.bin was written" test ! -e mt0.bin
   finish "mkplan --max-tokens N plans steps of up to N tokens (the option the summary names); 0 is refused"
+}
+
+check_speculate() {
+  begin
+  run "$MKPLAN" "$LLAMA" -o sp.bin --sms 8 --max-tokens 5 -q
+  run "$MKRUN" sp.bin w --prompt-ids 5,6,7,8,5,6,7,8,5,6 --tokens 40
+  local plain
+  plain=$(tokens_of "$WORK/stdout")
+  run "$MKRUN" sp.bin w --prompt-ids 5,6,7,8,5,6,7,8,5,6 --tokens 40 --speculate ngram:4
+  expect "exit status is $RC, expected 0" rc_is 0
+  expect "--speculate gave other tokens than plain decoding" test "$(tokens_of "$WORK/stdout")" == "$plain"
+  expect "no speculation line" out_has '^speculation: [0-9]+ of [0-9]+ drafted tokens kept \([0-9.]+ %\) in [0-9]+ check steps; 39 tokens after the first in [0-9]+ steps$'
+  run "$MKRUN" s.bin w --prompt-ids 5,6 --speculate ngram
+  exact_error mkrun "speculative decoding checks its drafts in steps of several tokens, but this schedule runs one token a step; plan it with mkplan --max-tokens 5"
+  run "$MKRUN" sp.bin w --speculate ngram:0
+  exact_error mkrun "--speculate takes ngram or ngram:K (K: tokens drafted a step, 1 to 64), not 'ngram:0'"
+  run "$MKRUN" sp.bin w --speculate ngram --trace t
+  exact_error mkrun "--speculate does not take --trace"
+  finish "mkrun --speculate ngram[:K] gives plain decoding's tokens and says what it kept; bad values and schedules of one token a step are refused"
 }
 
 check_policy_bogus() {
@@ -1174,6 +1193,7 @@ check_missing_model
 check_sms_zero
 check_policy_bogus
 check_max_tokens
+check_speculate
 check_plan_unwritable
 
 check_schedule_truncated

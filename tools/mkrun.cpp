@@ -16,6 +16,7 @@
 #include "schedules/format.hpp"
 
 #include "device/runtime.hpp"
+#include "device/speculate.hpp"
 #include "schedules/ops/sample.hpp"
 #include "tools/mkrun_batch.hpp"
 #include "tools/mkrun_chat.hpp"
@@ -118,6 +119,13 @@ int main(int argc, char** argv) {
                                    "generate for every prompt of FILE at once: one a line, or a JSON list (- : stdin)")
                         ->type_name("FILE");
   batch_opt->excludes(ids_opt)->excludes(text_opt)->excludes(file_opt);
+  std::string speculate;
+  auto* speculate_opt =
+      app.add_option("--speculate", speculate,
+                     "speculative decoding: ngram[:K] drafts up to K tokens (default 4) from where the context's last "
+                     "2-3 tokens occurred before, checked in one step of K + 1 positions; the output is decoding's own "
+                     "(needs a schedule of mkplan --max-tokens K + 1 or more)")
+          ->type_name("ngram[:K]");
   app.add_flag("--force", force, mk::tools::kForceHelp);
   if (const auto code = mk::tools::parse(app, argc, argv, "mkrun")) return *code;
 
@@ -136,6 +144,12 @@ int main(int argc, char** argv) {
       if (interactive) throw std::invalid_argument("--batch and --interactive do not go together");
       if (!trace.empty()) throw std::invalid_argument("--batch does not take --trace");
       if (tokens == 0) throw std::invalid_argument("--batch needs --tokens of at least 1");
+    }
+    std::optional<mk::device::SpeculateOptions> spec;
+    if (speculate_opt->count()) {
+      spec = mk::device::parse_speculate(speculate);
+      for (const char* o : {"--batch", "--interactive", "--trace"})
+        if (app.get_option(o)->count()) throw std::invalid_argument(std::string("--speculate does not take ") + o);
     }
     const bool text_mode = !batch_mode && (text_opt->count() || file_opt->count() || chat);
     if (!system.empty() && !chat) throw std::invalid_argument("--system needs --chat");
@@ -308,7 +322,18 @@ int main(int argc, char** argv) {
       std::cerr << "\r[" << done << "/" << all << " steps, " << mk::show_fixed(done / s) << " tokens/s]" << (done == all ? "\n" : "")
                 << std::flush;
     };
-    const mk::device::GenerateResult r = mk::device::generate(*backend, schedule, gen, opt.max_context);
+    mk::device::SpeculationStats spec_stats;
+    const mk::device::GenerateResult r =
+        spec ? mk::device::generate_speculative(*backend, schedule, gen, *spec, opt.max_context, &spec_stats)
+             : mk::device::generate(*backend, schedule, gen, opt.max_context);
+    // What speculation did: its steps after the prompt against the tokens they made.
+    const std::string spec_line =
+        spec ? "speculation: " + std::to_string(spec_stats.accepted) + " of " + std::to_string(spec_stats.drafted) +
+                   " drafted tokens kept (" + mk::show_fixed(100 * spec_stats.acceptance()) + " %) in " +
+                   std::to_string(spec_stats.checks) + " check steps; " +
+                   std::to_string(r.tokens.size() > 0 ? r.tokens.size() - 1 : 0) + " tokens after the first in " +
+                   std::to_string(spec_stats.steps) + " steps\n"
+             : std::string();
     if (stream) {
       const std::string tail = stream->finish();
       generated_text += tail;
@@ -327,6 +352,11 @@ int main(int argc, char** argv) {
                             {"generated_tokens", r.tokens.size()},
                             {"decode_seconds", time.decode_seconds},
                             {"decode_tokens_per_s", time.decode_per_s}}}};
+      if (spec)
+        j["speculation"] = {{"steps", spec_stats.steps},
+                            {"check_steps", spec_stats.checks},
+                            {"drafted", spec_stats.drafted},
+                            {"accepted", spec_stats.accepted}};
       if (stream) j["text"] = generated_text;
       std::cout << j.dump() << "\n";
       if (!dump.empty()) mk::device::write_npy(dump, r.logits);
@@ -336,7 +366,8 @@ int main(int argc, char** argv) {
       std::cerr << "prompt: " << mk::tools::count_and_rate(ids.size(), time.prompt_per_s) << "; generated: "
                 << (tokens == 0 ? "none (--tokens 0)" : mk::tools::count_and_rate(r.tokens.size(), time.decode_per_s))
                 << " on " << backend->name()
-                << (tokens == 0 ? "" : r.stopped ? " (stopped at end of sequence)" : " (--tokens reached)") << "\n";
+                << (tokens == 0 ? "" : r.stopped ? " (stopped at end of sequence)" : " (--tokens reached)") << "\n"
+                << spec_line;
       if (!dump.empty()) mk::device::write_npy(dump, r.logits);
       return 0;
     }
@@ -352,6 +383,7 @@ int main(int argc, char** argv) {
       std::cout << "decode after the prompt: " << decode_steps << " steps, "
                 << mk::show_fixed(r.decode_seconds * 1e6 / decode_steps) << " us/token at context " << ids.size() << ".."
                 << r.steps << "\n";
+    std::cout << spec_line;
     if (!trace.empty()) {
       mk::device::TraceOptions topt;
       topt.logical = backend->trace_is_logical();

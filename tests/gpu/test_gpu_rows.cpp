@@ -16,6 +16,7 @@
 #include "device/emulator.hpp"
 #include "device/ops/cpu_ops.hpp"
 #include "device/runtime.hpp"
+#include "device/speculate.hpp"
 #include "device/weights.hpp"
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
@@ -274,5 +275,55 @@ TEST_CASE("rows: a batch of sequences on the GPU gives each what its own run giv
     for (size_t i = 0; i < seqs.size(); ++i) CHECK(fast[i].tokens == got[i].tokens);
     MESSAGE(example, ": a batch of ", seqs.size(), " sequences (prompts of 1 to 75 tokens, 5 to 25 tokens each, one stopping at ",
             "its third) gives each its own run's tokens; worst logit error vs the emulator ", worst);
+  }
+}
+
+TEST_CASE("rows: speculative decoding on the GPU gives the tokens of decoding one token a step") {
+  for (const char* example : {"tiny-llama", "tiny-qwen3"}) {
+    CAPTURE(example);
+    const RowsModel m(example, 5, 29);
+    const schedule::Schedule& s = m.plan.schedule;
+    const uint64_t vocab = s.tensors[s.logits_tensor].elements();
+    std::mt19937 rng(11);
+    device::GenerateOptions go;
+    const std::vector<int32_t> phrase = random_prompt(9, vocab, rng);
+    for (int i = 0; i < 3; ++i) go.prompt.insert(go.prompt.end(), phrase.begin(), phrase.end());
+    go.tokens = 60;
+    go.keep_logits = true;
+    device::RuntimeOptions ro;
+    ro.max_context = 128;
+    auto plain_gpu = device::make_cuda_backend(s, *m.ckpt, ro);
+    const auto plain = device::generate(*plain_gpu, s, go, ro.max_context);
+    // n-gram drafts, and drafts that agree with the plain run's next 0, 1, ..., k tokens in turn
+    // (the rest wrong): every number of kept drafts, rejected positions written over.
+    for (const bool oracle : {false, true}) {
+      CAPTURE(oracle);
+      device::SpeculateOptions spec;
+      uint32_t calls = 0;
+      if (oracle)
+        spec.drafter = [&](std::span<const int32_t> context, uint32_t k) {
+          const size_t at = context.size() - go.prompt.size();
+          const uint32_t agree = calls++ % (k + 1);
+          std::vector<int32_t> d;
+          for (uint32_t j = 0; j < k; ++j) {
+            const int32_t truth = plain.tokens.at(at + j);
+            d.push_back(j < agree ? truth : static_cast<int32_t>((truth + 1 + j) % vocab));
+          }
+          return d;
+        };
+      auto gpu = device::make_cuda_backend(s, *m.ckpt, ro);
+      device::SpeculationStats st;
+      const auto got = device::generate_speculative(*gpu, s, go, spec, ro.max_context, &st);
+      CHECK(got.tokens == plain.tokens);
+      REQUIRE(got.logits.size() == plain.logits.size());
+      double worst = 0;
+      for (size_t i = 0; i < got.logits.size(); ++i) worst = std::max(worst, test::rel_error(got.logits[i], plain.logits[i]));
+      CHECK(worst < 1e-3);
+      CHECK(st.checks > 0);
+      CHECK(st.accepted > 0);
+      if (oracle) CHECK(st.drafted - st.accepted > 10);
+      MESSAGE(example, oracle ? ", drafts agreeing 0..k in turn" : ", n-gram drafts", ": ", st.checks, " check steps, ", st.accepted,
+              " of ", st.drafted, " drafts kept, the plain run's 60 tokens; worst logit error vs the plain run ", worst);
+    }
   }
 }
