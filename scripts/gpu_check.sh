@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything one call to the GPU machine runs, most important first, each step bounded in time
 # so that one call (at most 10 minutes a command) ends with results: the GPU tests, the
-# interpreter benchmark (bench/run.sh), steps of many tokens (bench/rows.sh; ROWS=0 skips them),
+# interpreter benchmark (bench/run.sh), steps of many tokens (bench/rows.sh, then bench/speculate.sh; ROWS=0 skips them),
 # mkserve under 1, 4 and 8 streams (bench/serve.sh, with tests/tokenizer/models carried along;
 # SERVE=0 skips it), the PyTorch baselines of the same shapes
 # (bench/torch_baseline.py; BASELINES=0 skips them, COMPILE=0 skips torch.compile; STAGES="0 10 9 8"
@@ -72,6 +72,8 @@ fi
 if [ "${ROWS:-1}" != 0 ]; then  # steps of many tokens: prefill beside transformers, sequences decoded together
   step "prefill and batches (bench/rows.sh)"
   bounded 420 bash bench/rows.sh "$BIN" "$LOG" || status=1
+  step "speculative decoding against plain (bench/speculate.sh)"
+  bounded 300 bash bench/speculate.sh "$BIN" "$LOG" || status=1
 fi
 if [ "${SERVE:-1}" != 0 ]; then  # mkserve under 1, 4 and 8 concurrent streams
   step "mkserve under load (bench/serve.sh)"

@@ -17,11 +17,7 @@
 
 #include "device/engine.hpp"
 #include "device/runtime.hpp"
-#include "device/weights.hpp"
-#include "dsl/model.hpp"
-#include "planner/plan.hpp"
-#include "tests/sample_model.hpp"
-#include "tests/temp_dir.hpp"
+#include "tests/example_model.hpp"
 
 namespace {
 
@@ -31,30 +27,10 @@ using mk::device::EngineRequest;
 using mk::device::EngineResult;
 using mk::device::EndReason;
 
-struct Model {
-  mk::schedule::Schedule s;
-  mk::test::TempDir dir{"mk_test_engine"};
-  std::unique_ptr<mk::device::Checkpoint> ckpt;
-  // `sample`: the example with a sample op in place of its argmax.
-  Model(const std::string& name, uint32_t max_tokens, uint64_t seed, bool sample = false) {
-    mk::planner::PlanOptions o;
-    o.sm_count = 5;
-    o.max_tokens = max_tokens;
-    const fs::path file = fs::path(MK_SOURCE_DIR) / "examples" / (name + ".yaml");
-    s = mk::planner::plan(sample ? mk::dsl::parse_string(mk::test::yaml_with_sample_op(file.string()), name + ".yaml")
-                                 : mk::dsl::parse_file(file),
-                          o)
-            .schedule;
-    mk::device::write_random_checkpoint(s, dir.path, seed);
-    ckpt = std::make_unique<mk::device::Checkpoint>(mk::device::Checkpoint::open(dir.path));
-  }
-  uint32_t vocab() const { return static_cast<uint32_t>(s.tensors[s.logits_tensor].elements()); }
-  std::unique_ptr<mk::device::Backend> backend(uint32_t slots, uint32_t max_context) const {
-    mk::device::RuntimeOptions o;
-    o.slots = slots;
-    o.max_context = max_context;
-    return mk::device::make_emulator_backend(s, *ckpt, o);
-  }
+// The example on 5 SMs.
+struct Model : mk::test::ExampleModel {
+  Model(const std::string& name, uint32_t max_tokens, uint64_t seed, bool sample = false)
+      : ExampleModel(name, 5, max_tokens, seed, sample) {}
 };
 
 // What one sequence gives alone (a backend of its own, one position a step), sampling (where

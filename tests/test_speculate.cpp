@@ -13,16 +13,11 @@
 #include <vector>
 
 #include "device/speculate.hpp"
-#include "device/weights.hpp"
-#include "dsl/model.hpp"
-#include "planner/plan.hpp"
 #include "schedules/ops/sample.hpp"
-#include "tests/sample_model.hpp"
-#include "tests/temp_dir.hpp"
+#include "tests/example_model.hpp"
 
 namespace {
 
-namespace fs = std::filesystem;
 using mk::device::GenerateOptions;
 using mk::device::GenerateResult;
 using mk::device::SpeculateOptions;
@@ -69,24 +64,7 @@ TEST_CASE("speculate: --speculate's value") {
 
 namespace {
 
-struct Model {
-  mk::schedule::Schedule s;
-  mk::test::TempDir dir{"mk_test_speculate"};
-  std::unique_ptr<mk::device::Checkpoint> ckpt;
-  Model(const std::string& name, uint32_t sms, uint32_t max_tokens, uint64_t seed, bool sample = false) {
-    mk::planner::PlanOptions o;
-    o.sm_count = sms;
-    o.max_tokens = max_tokens;
-    const fs::path file = fs::path(MK_SOURCE_DIR) / "examples" / (name + ".yaml");
-    s = mk::planner::plan(sample ? mk::dsl::parse_string(mk::test::yaml_with_sample_op(file.string()), name + ".yaml")
-                                 : mk::dsl::parse_file(file),
-                          o)
-            .schedule;
-    mk::device::write_random_checkpoint(s, dir.path, seed);
-    ckpt = std::make_unique<mk::device::Checkpoint>(mk::device::Checkpoint::open(dir.path));
-  }
-  uint32_t vocab() const { return static_cast<uint32_t>(s.tensors[s.logits_tensor].elements()); }
-};
+using Model = mk::test::ExampleModel;
 
 // A prompt that repeats itself: a random phrase three times, then its first half, so that
 // drafting has something to find from the first step on; then random tokens.
