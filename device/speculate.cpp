@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 #include <stdexcept>
 
 namespace mk::device {
@@ -10,12 +11,51 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// After a check step that kept no draft, this many steps go without drafting, doubling with each
-// such step in a row up to kMaxBackoff: on text that does not repeat itself, a check step of K + 1
-// rows that keeps nothing costs more than a step of one.
-constexpr uint32_t kMaxBackoff = 16;
-
 }  // namespace
+
+double DraftPolicy::step_seconds(uint32_t rows) const {
+  if (rows < time_.size() && time_[rows] > 0) return time_[rows];
+  if (rows <= 1) return 0;
+  for (uint32_t d = 1; d < time_.size(); ++d) {  // the nearest timed check step, the larger first
+    if (rows + d < time_.size() && time_[rows + d] > 0) return time_[rows + d];
+    if (rows > d + 1 && rows - d < time_.size() && time_[rows - d] > 0) return time_[rows - d];
+  }
+  return 0;
+}
+
+std::pair<uint32_t, uint32_t> DraftPolicy::best(uint32_t room) const {
+  const double a = acceptance();
+  uint32_t best = 0, best_probe = 1;
+  double best_rate = 1 / time_[1], best_probe_rate = 0, expected = 1, power = 1;
+  for (uint32_t k = 1; k <= room; ++k) {
+    power *= a, expected += power;
+    const double rate = expected / step_seconds(k + 1);
+    if (rate > best_rate) best = k, best_rate = rate;
+    if (rate > best_probe_rate) best_probe = k, best_probe_rate = rate;
+  }
+  return {best, best_probe};
+}
+
+uint32_t DraftPolicy::draft_size(uint32_t room) {
+  room = std::min<uint32_t>(room, static_cast<uint32_t>(time_.size()) - 2);
+  if (!cost_aware_ || room == 0) return room;
+  if (time_[1] <= 0) return 0;  // a plain step first: the yardstick
+  if (step_seconds(room + 1) <= 0) return room;  // no check step timed yet
+  const auto [k, probe] = best(room);
+  if (k) return idle_ = 0, k;
+  if (++idle_ < probe_every_) return 0;
+  idle_ = 0;
+  probing_ = true;
+  return probe;
+}
+
+void DraftPolicy::observe(uint32_t rows, double seconds, uint32_t drafted, uint32_t kept) {
+  if (rows < time_.size()) time_[rows] = time_[rows] > 0 ? 0.8 * time_[rows] + 0.2 * seconds : seconds;
+  if (drafted) kept_ = 0.9 * kept_ + kept, missed_ = 0.9 * missed_ + (kept < drafted ? 1 : 0);
+  // A probe that made drafting pay again puts the wait back; else it doubles.
+  if (probing_) probe_every_ = best(static_cast<uint32_t>(time_.size()) - 2).first ? kProbe : std::min(2 * probe_every_, kMaxProbe);
+  probing_ = false;
+}
 
 SpeculateOptions parse_speculate(const std::string& spec) {
   const std::string what = "--speculate takes ngram or ngram:K (K: tokens drafted a step, 1 to 64), not '" + spec + "'";
@@ -72,15 +112,14 @@ GenerateResult generate_speculative(Backend& b, const schedule::Schedule& s, con
   std::vector<int32_t> context = opt.prompt;
   context.insert(context.end(), r.tokens.begin(), r.tokens.end());
   uint32_t pos = opt.start + static_cast<uint32_t>(opt.prompt.size());  // the last token's, not yet in the cache
-  uint32_t skip = 0, backoff = 1;
+  DraftPolicy policy(k_max, spec.cost_aware);
   while (!r.stopped && r.tokens.size() < opt.tokens) {
+    const auto step_start = Clock::now();
     const uint32_t left = opt.tokens - static_cast<uint32_t>(r.tokens.size());
-    const uint32_t room = std::min(k_max, left - 1);  // the check step's tokens all kept: `left`
+    // At most what fits the schedule and keeps the check step's tokens within `left`.
+    const uint32_t room = policy.draft_size(std::min(k_max, left - 1));
     std::vector<int32_t> draft;
-    if (skip)
-      --skip;
-    else if (room)
-      draft = spec.drafter ? spec.drafter(context, room) : ngram_draft(context, spec, room);
+    if (room) draft = spec.drafter ? spec.drafter(context, room) : ngram_draft(context, spec, room);
     if (draft.size() > room) draft.resize(room);
     for (const int32_t t : draft)
       if (t < 0 || static_cast<uint64_t>(t) >= vocab)
@@ -93,13 +132,8 @@ GenerateResult generate_speculative(Backend& b, const schedule::Schedule& s, con
     uint32_t agreed = 0;
     while (agreed < k && made[agreed] == draft[agreed]) ++agreed;
     ++st.steps;
-    if (k) {
-      ++st.checks, st.drafted += k, st.accepted += agreed;
-      if (agreed == 0)
-        skip = backoff, backoff = std::min(backoff * 2, kMaxBackoff);
-      else
-        backoff = 1;
-    }
+    if (k) ++st.checks, st.drafted += k, st.accepted += agreed;
+    policy.observe(k + 1, std::chrono::duration<double>(Clock::now() - step_start).count(), k, agreed);
     // The tokens kept: the agreed drafts, then the model's own after them.
     uint32_t used = 0;
     std::vector<float> logits;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device/runtime.hpp"
@@ -20,6 +21,38 @@ struct SpeculateOptions {
   uint32_t min_ngram = 2;  // a 1-gram drafts on most text and is mostly wrong
   // Drafts up to k tokens after the context (prompt and tokens so far); empty: ngram_draft.
   std::function<std::vector<int32_t>(std::span<const int32_t> context, uint32_t k)> drafter;
+  // Draft as many tokens a step as DraftPolicy expects to make the most tokens a second (none
+  // where a plain step does better); else always as many as fit.
+  bool cost_aware = true;
+};
+
+// How many tokens to draft a step, from what the steps so far cost (wall time, a table by rows)
+// and kept: the k that makes the most tokens a second, a check step of k + 1 rows making
+// 1 + a + ... + a^k tokens where a is the chance that a draft is kept once those before it were;
+// 0 where a one-row step makes more. The first step is a plain one (its time is the yardstick),
+// a step size not yet timed is taken to cost what the nearest timed one does (the larger one
+// first), and before any check step is timed it drafts all that fits. After kProbe steps in a
+// row without drafting it drafts anyway (a probe), its best k of 1 or more, to see whether the text has
+// become easier to guess; a probe that keeps nothing doubles that wait, up to kMaxProbe steps (one
+// probe step in 256 costs plain decoding ~1 %), one after which drafting pays puts it back.
+// Not cost-aware: always all that fits.
+class DraftPolicy {
+ public:
+  static constexpr uint32_t kProbe = 16, kMaxProbe = 256;
+  DraftPolicy(uint32_t max_draft, bool cost_aware) : cost_aware_(cost_aware), time_(max_draft + 2, 0.0) {}
+  uint32_t draft_size(uint32_t room);
+  // A step of `rows` rows took `seconds`; it checked `drafted` drafts and kept `kept` of them.
+  void observe(uint32_t rows, double seconds, uint32_t drafted, uint32_t kept);
+  double acceptance() const { return (kept_ + 1) / (kept_ + missed_ + 2); }
+  double step_seconds(uint32_t rows) const;  // 0: no step timed yet
+ private:
+  std::pair<uint32_t, uint32_t> best(uint32_t room) const;  // the best k (0: none) and the best k >= 1
+  bool cost_aware_;
+  std::vector<double> time_;  // by rows: a moving average of the wall time, 0 until timed
+  double kept_ = 0, missed_ = 0;  // drafts kept and checks that rejected one, fading (x0.9 a check)
+  uint32_t idle_ = 0;             // steps in a row the policy did not draft
+  uint32_t probe_every_ = kProbe;
+  bool probing_ = false;          // the step drafted is a probe
 };
 
 // "ngram" or "ngram:K" (mkrun --speculate); throws naming what was expected.

@@ -24,10 +24,12 @@ using mk::device::SpeculateOptions;
 using mk::device::SpeculationStats;
 using V = std::vector<int32_t>;
 
+// Drafting all that fits every step (not cost-aware: the runs below must check drafts).
 SpeculateOptions options(uint32_t draft, uint32_t min_ngram = 2) {
   SpeculateOptions o;
   o.draft = draft;
   o.min_ngram = min_ngram;
+  o.cost_aware = false;
   return o;
 }
 V draft(const V& context, uint32_t k, SpeculateOptions o = {}) { return mk::device::ngram_draft(context, o, k); }
@@ -158,8 +160,7 @@ TEST_CASE("speculate: every number of agreeing drafts, the rest rejected and the
       // Drafts whose first `agree` tokens are the plain run's next ones and the rest are not,
       // `agree` going 0, 1, ..., k, 0, ... from one check to the next.
       uint32_t calls = 0, expected = 0, drafted = 0;
-      SpeculateOptions spec;
-      spec.draft = 7;
+      SpeculateOptions spec = options(7);
       spec.drafter = [&](std::span<const int32_t> context, uint32_t k) {
         const size_t at = context.size() - g.prompt.size();  // the plain run's next token
         const uint32_t agree = calls++ % (k + 1);
@@ -189,15 +190,18 @@ TEST_CASE("speculate: stops and token limits inside a check step, a continuation
   g.prompt = repetitive_prompt(m.vocab(), rng);
   g.tokens = 30;
   g.keep_logits = true;
-  const Runs free_run = both(m, g, {}, 64);
+  const Runs free_run = both(m, g, options(4), 64);
   REQUIRE(free_run.stats.accepted > 0);
   // Every token limit, and a stop at the n-th occurrence of a generated token, for every n: each
   // ends somewhere inside a check step or at its end.
   for (uint32_t tokens = 0; tokens <= 12; ++tokens) {
     CAPTURE(tokens);
     g.tokens = tokens;
-    const Runs r = both(m, g, {}, 64);
-    check_same(r.speculative, r.plain);
+    for (const bool cost_aware : {false, true}) {
+      SpeculateOptions spec = options(4);
+      spec.cost_aware = cost_aware;
+      check_same(both(m, g, spec, 64).speculative, both(m, g, spec, 64).plain);
+    }
   }
   g.tokens = 30;
   const int32_t stop_token = free_run.plain.tokens[7];
@@ -212,7 +216,7 @@ TEST_CASE("speculate: stops and token limits inside a check step, a continuation
     const GenerateResult plain = mk::device::generate(*a, m.s, stopping, 64);
     stopping.stop = [&, n](int32_t t) { return t == stop_token && ++seen_spec == n; };
     auto b = mk::device::make_emulator_backend(m.s, *m.ckpt, o);
-    const GenerateResult spec = mk::device::generate_speculative(*b, m.s, stopping, {}, 64);
+    const GenerateResult spec = mk::device::generate_speculative(*b, m.s, stopping, options(4), 64);
     check_same(spec, plain);
   }
   // A continuation: the cache already holds a first call's positions.
@@ -228,14 +232,14 @@ TEST_CASE("speculate: stops and token limits inside a check step, a continuation
     second.prompt = {a1.tokens.back(), a1.tokens[2], a1.tokens[3]};
     const GenerateResult a2 = mk::device::generate(*a, m.s, second, 96);
     auto b = mk::device::make_emulator_backend(m.s, *m.ckpt, o);
-    check_same(mk::device::generate_speculative(*b, m.s, first, {}, 96), a1);
-    check_same(mk::device::generate_speculative(*b, m.s, second, {}, 96), a2);
+    check_same(mk::device::generate_speculative(*b, m.s, first, options(4), 96), a1);
+    check_same(mk::device::generate_speculative(*b, m.s, second, options(4), 96), a2);
   }
   // Seeded sampling: a position's draw depends on the seed and the position alone.
   Model sm("tiny-qwen3", 5, 5, 8, true);
   REQUIRE(mk::schedule::set_sampling(sm.s, {.temperature = 0.8f, .top_k = 20, .top_p = 0.95f, .seed = 12345}) == 1);
   g.prompt = repetitive_prompt(sm.vocab(), rng);
-  const Runs sampled = both(sm, g, {}, 64);
+  const Runs sampled = both(sm, g, options(4), 64);
   check_same(sampled.speculative, sampled.plain);
   CHECK(sampled.stats.checks > 0);
 }
@@ -257,4 +261,54 @@ TEST_CASE("speculate: what cannot run is refused before anything runs") {
   CHECK_THROWS_WITH(mk::device::generate_speculative(*c, m.s, g, {}, 32),
                     "33 positions do not fit a context of 32 positions; raise --max-context");
   CHECK(c->read_history(0, 0, 4) == V(4, -1));  // nothing ran
+}
+
+TEST_CASE("speculate: the cost-aware policy drafts where checking pays, and is not slower where it does not") {
+  // Steps of a GPU's shape (a one-row step 1, a check step of r rows 2.5 + 0.15 r), drafts kept
+  // each with chance p once those before were: tokens a unit of time against plain decoding's 1.
+  auto simulate = [](double p, uint32_t K, uint64_t seed) {
+    mk::device::DraftPolicy policy(K, true);
+    std::mt19937_64 rng(seed);
+    std::bernoulli_distribution keep(p);
+    double time = 0;
+    uint32_t tokens = 0, checks = 0;
+    while (tokens < 4000) {
+      const uint32_t k = policy.draft_size(K);
+      uint32_t kept = 0;
+      while (kept < k && keep(rng)) ++kept;
+      const double t = k ? 2.5 + 0.15 * (k + 1) : 1.0;
+      policy.observe(k + 1, t, k, kept);
+      time += t, tokens += kept + 1, checks += k ? 1 : 0;
+    }
+    return std::pair{tokens / time, checks};
+  };
+  for (const double p : {0.0, 0.2, 0.5}) {
+    CAPTURE(p);
+    const auto [rate, checks] = simulate(p, 8, 1);
+    CHECK(rate > 0.98);  // within 2 % of plain decoding's 1 token a unit
+    CHECK(checks < 60);   // it stopped drafting but for probes, ever rarer
+  }
+  for (const double p : {0.9, 1.0}) {
+    CAPTURE(p);
+    const auto [rate, checks] = simulate(p, 8, 2);
+    CHECK(rate > (p == 1.0 ? 2.2 : 1.5));  // 9 tokens for 3.85 units with every draft kept
+    CHECK(checks > 300);
+  }
+  // Text that becomes easy to guess halfway: the probes find it.
+  mk::device::DraftPolicy policy(8, true);
+  for (int i = 0; i < 200; ++i) policy.observe(policy.draft_size(8) + 1, 1.0, 0, 0);  // plain steps only
+  uint32_t drafted = 0;
+  for (int i = 0; i < 400; ++i) {
+    const uint32_t k = policy.draft_size(8);
+    policy.observe(k + 1, k ? 2.5 + 0.15 * (k + 1) : 1.0, k, k);
+    drafted += k;
+  }
+  CHECK(drafted > 1000);
+  // Not cost-aware: all that fits, every step; and never more than the schedule allows.
+  mk::device::DraftPolicy fixed(4, false);
+  for (int i = 0; i < 10; ++i) {
+    CHECK(fixed.draft_size(3) == 3);
+    CHECK(fixed.draft_size(9) == 4);
+    fixed.observe(5, 100.0, 4, 0);
+  }
 }
