@@ -9,6 +9,7 @@
 
 #include "device/bf16.hpp"
 #include "schedules/schedule.hpp"
+#include "tests/reference.hpp"
 
 namespace mk::test {
 
@@ -37,6 +38,30 @@ struct HostState {
     }
   }
 };
+
+// The first n elements of a tensor as the GPU left them (got) and as the emulator did (want),
+// as floats; equal infinities (empty attention splits' -inf) as zeros. Returns the relative L2
+// error, and counts the places where one side is NaN and the other not.
+inline double tensor_error(const schedule::Tensor& t, const uint8_t* got, const uint8_t* want, size_t n, size_t& mismatched_nan) {
+  std::vector<float> a(n), b(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (t.dtype == schedule::DType::bf16) {
+      a[i] = device::bf16_to_f32(reinterpret_cast<const uint16_t*>(got)[i]);
+      b[i] = device::bf16_to_f32(reinterpret_cast<const uint16_t*>(want)[i]);
+    } else if (t.dtype == schedule::DType::f32) {
+      a[i] = reinterpret_cast<const float*>(got)[i];
+      b[i] = reinterpret_cast<const float*>(want)[i];
+    } else {
+      a[i] = float(reinterpret_cast<const int32_t*>(got)[i]);
+      b[i] = float(reinterpret_cast<const int32_t*>(want)[i]);
+    }
+  }
+  mismatched_nan = 0;
+  for (size_t i = 0; i < n; ++i) mismatched_nan += std::isnan(a[i]) != std::isnan(b[i]);
+  for (size_t i = 0; i < n; ++i)
+    if (std::isinf(a[i]) && a[i] == b[i]) a[i] = b[i] = 0;
+  return rel_error(a, b);
+}
 
 // The instructions of one op, on as many SMs as its tasks (at most `sms`), with no waits or
 // signals. The counters stay (an argmax split in several counts on its ticket); no list names one.

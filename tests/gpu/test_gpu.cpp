@@ -79,24 +79,8 @@ void compare_ops(const dsl::ModelGraph& model, uint32_t pos, uint32_t max_contex
       if (tensor.role == schedule::Role::weight) continue;
       std::vector<uint8_t> got(cpu.bytes[t].size());
       gpu.download(t, got.data(), got.size());
-      std::vector<float> a, b;
-      for (size_t i = 0; i < got.size() / schedule::dtype_bytes(tensor.dtype); ++i) {
-        if (tensor.dtype == schedule::DType::bf16) {
-          a.push_back(device::bf16_to_f32(reinterpret_cast<uint16_t*>(got.data())[i]));
-          b.push_back(device::bf16_to_f32(reinterpret_cast<uint16_t*>(cpu.bytes[t].data())[i]));
-        } else if (tensor.dtype == schedule::DType::f32) {
-          a.push_back(reinterpret_cast<float*>(got.data())[i]);
-          b.push_back(reinterpret_cast<float*>(cpu.bytes[t].data())[i]);
-        } else {
-          a.push_back(float(reinterpret_cast<int32_t*>(got.data())[i]));
-          b.push_back(float(reinterpret_cast<int32_t*>(cpu.bytes[t].data())[i]));
-        }
-      }
       size_t mismatched_nan = 0;
-      for (size_t i = 0; i < a.size(); ++i) mismatched_nan += std::isnan(a[i]) != std::isnan(b[i]);
-      for (size_t i = 0; i < a.size(); ++i)
-        if (std::isinf(a[i]) && a[i] == b[i]) a[i] = b[i] = 0;  // equal -inf (empty attention splits)
-      const double err = test::rel_error(a, b);
+      const double err = test::tensor_error(tensor, got.data(), cpu.bytes[t].data(), got.size() / schedule::dtype_bytes(tensor.dtype), mismatched_nan);
       INFO(example, " op ", s.ops[op].name, " tensor ", tensor.name);
       CHECK(mismatched_nan == 0);
       CHECK(err < 1e-4);

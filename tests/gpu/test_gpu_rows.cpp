@@ -107,24 +107,8 @@ void compare_ops_rows(const std::string& example, uint32_t max_tokens, std::vect
       // Activations: the step's rows only (the rest is never read); caches whole.
       const size_t n = tensor.role == schedule::Role::kv_cache ? got.size() / schedule::dtype_bytes(tensor.dtype)
                                                                 : size_t{rows} * tensor.elements();
-      std::vector<float> a, b;
-      for (size_t i = 0; i < n; ++i) {
-        if (tensor.dtype == schedule::DType::bf16) {
-          a.push_back(device::bf16_to_f32(reinterpret_cast<uint16_t*>(got.data())[i]));
-          b.push_back(device::bf16_to_f32(reinterpret_cast<uint16_t*>(cpu.bytes[t].data())[i]));
-        } else if (tensor.dtype == schedule::DType::f32) {
-          a.push_back(reinterpret_cast<float*>(got.data())[i]);
-          b.push_back(reinterpret_cast<float*>(cpu.bytes[t].data())[i]);
-        } else {
-          a.push_back(float(reinterpret_cast<int32_t*>(got.data())[i]));
-          b.push_back(float(reinterpret_cast<int32_t*>(cpu.bytes[t].data())[i]));
-        }
-      }
       size_t mismatched_nan = 0;
-      for (size_t i = 0; i < a.size(); ++i) mismatched_nan += std::isnan(a[i]) != std::isnan(b[i]);
-      for (size_t i = 0; i < a.size(); ++i)
-        if (std::isinf(a[i]) && a[i] == b[i]) a[i] = b[i] = 0;  // equal -inf (empty attention splits)
-      const double err = test::rel_error(a, b);
+      const double err = test::tensor_error(tensor, got.data(), cpu.bytes[t].data(), n, mismatched_nan);
       INFO(example, " op ", s.ops[op].name, " tensor ", tensor.name, " error ", err);
       CHECK(mismatched_nan == 0);
       CHECK(err < 1e-4);
