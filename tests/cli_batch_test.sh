@@ -6,28 +6,13 @@
 # Usage: tests/cli_batch_test.sh BUILD_DIR   (BUILD_DIR holds mkplan, mkweights and mkrun)
 set -u
 
-if [[ $# -ne 1 ]]; then
-  echo "usage: $0 BUILD_DIR" >&2
-  exit 2
-fi
-BUILD=$(cd "$1" && pwd) || exit 2
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || exit 2
+# shellcheck source=tests/cli_harness.sh
+source "$ROOT/tests/cli_harness.sh"
+cli_begin cli_batch_test "mkplan mkweights mkrun" "$@"
 MKPLAN=$BUILD/mkplan
 MKWEIGHTS=$BUILD/mkweights
 MKRUN=$BUILD/mkrun
-for tool in "$MKPLAN" "$MKWEIGHTS" "$MKRUN"; do
-  if [[ ! -x $tool ]]; then
-    echo "cli_batch_test: $tool is missing (build first)" >&2
-    exit 2
-  fi
-done
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/mk-cli-batch.XXXXXX") || exit 2
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 2
-
-# shellcheck source=tests/cli_harness.sh
-source "$ROOT/tests/cli_harness.sh"
 clean_error() {
   local pattern=$1
   expect "exit status is $RC, expected 1" rc_is 1

@@ -1,6 +1,28 @@
-# The command-line tests' harness, sourced by tests/cli_test.sh and tests/cli_text_test.sh after
-# they set WORK (a scratch folder): run a command, record failure reasons, print TAP-like lines.
+# The command-line tests' harness, sourced by tests/cli_*_test.sh: their set-up (cli_begin), then
+# run a command, record failure reasons, print TAP-like lines.
 # shellcheck shell=bash
+
+# cli_begin NAME "TOOL..." "$@": the script's one argument is the build folder (BUILD, made
+# absolute) holding every TOOL; else usage or what is missing on stderr and exit status 2. Then
+# WORK, a scratch folder removed at exit, is the current folder.
+cli_begin() {
+  local name=$1 tools=$2 tool
+  shift 2
+  if [[ $# -ne 1 ]]; then
+    echo "usage: $0 BUILD_DIR" >&2
+    exit 2
+  fi
+  BUILD=$(cd "$1" && pwd) || exit 2
+  for tool in $tools; do
+    if [[ ! -x $BUILD/$tool ]]; then
+      echo "$name: $BUILD/$tool is missing (build the tools first)" >&2
+      exit 2
+    fi
+  done
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/mk-$name.XXXXXX") || exit 2
+  trap 'rm -rf "$WORK"' EXIT
+  cd "$WORK" || exit 2
+}
 
 PASSED=0
 FAILED=0

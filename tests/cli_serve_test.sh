@@ -11,21 +11,11 @@
 # Usage: tests/cli_serve_test.sh BUILD_DIR   (BUILD_DIR holds mkplan, mkrun, mkserve, mk_eos_fixture)
 set -u
 
-if [[ $# -ne 1 ]]; then
-  echo "usage: $0 BUILD_DIR" >&2
-  exit 2
-fi
-BUILD=$(cd "$1" && pwd) || exit 2
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || exit 2
-for tool in mkplan mkrun mkserve mk_eos_fixture; do
-  if [[ ! -x $BUILD/$tool ]]; then
-    echo "cli_serve_test: $BUILD/$tool is missing (build first)" >&2
-    exit 2
-  fi
-done
+# shellcheck source=tests/cli_harness.sh
+source "$ROOT/tests/cli_harness.sh"
+cli_begin cli_serve_test "mkplan mkrun mkserve mk_eos_fixture" "$@"
 command -v curl >/dev/null || { echo "cli_serve_test: curl is needed (apt-get install curl)" >&2; exit 2; }
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/mk-cli-serve.XXXXXX") || exit 2
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
@@ -33,9 +23,6 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-cd "$WORK" || exit 2
-# shellcheck source=tests/cli_harness.sh
-source "$ROOT/tests/cli_harness.sh"
 
 "$BUILD/mkplan" "$ROOT/tests/tokenizer/eos-llama.yaml" -o s.bin --sms 4 --max-tokens 4 -q >/dev/null 2>&1 || exit 2
 "$BUILD/mk_eos_fixture" s.bin w >/dev/null 2>&1 || exit 2

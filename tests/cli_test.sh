@@ -7,34 +7,20 @@
 # Prints "ok - ..." / "not ok - ..." per check, then "N passed, M failed"; exit status 1 on failure.
 set -u
 
-if [[ $# -ne 1 ]]; then
-  echo "usage: $0 BUILD_DIR" >&2
-  exit 2
-fi
-BUILD=$(cd "$1" && pwd) || exit 2
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || exit 2
+# shellcheck source=tests/cli_harness.sh
+source "$ROOT/tests/cli_harness.sh"
+cli_begin cli_test "mkplan mkrun mkweights" "$@"
 MKPLAN=$BUILD/mkplan
 MKRUN=$BUILD/mkrun
 MKWEIGHTS=$BUILD/mkweights
 FIXTURE=$BUILD/mk_eos_fixture  # optional: a checkpoint with a tokenizer, for the text checks
-for tool in "$MKPLAN" "$MKRUN" "$MKWEIGHTS"; do
-  if [[ ! -x $tool ]]; then
-    echo "cli_test: $tool is missing (build the tools first)" >&2
-    exit 2
-  fi
-done
 LLAMA=$ROOT/examples/tiny-llama.yaml
 QWEN=$ROOT/examples/tiny-qwen3.yaml
 VOCAB=512  # tiny-llama's vocabulary
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/mk-cli-test.XXXXXX") || exit 2
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 2
-
 # --- harness -------------------------------------------------------------------------------------
 
-# shellcheck source=tests/cli_harness.sh
-source "$ROOT/tests/cli_harness.sh"
 err_lines() { [[ $(wc -l <"$WORK/stderr") -eq $1 ]]; }
 err_starts() { [[ $(head -n 1 "$WORK/stderr") == "$1: "* ]]; }
 lacks() { ! grep -q -- "$1" "$2"; }

@@ -7,29 +7,14 @@
 # Usage: tests/cli_text_test.sh BUILD_DIR   (BUILD_DIR holds mkplan, mkrun, mktoken, mk_eos_fixture)
 set -u
 
-if [[ $# -ne 1 ]]; then
-  echo "usage: $0 BUILD_DIR" >&2
-  exit 2
-fi
-BUILD=$(cd "$1" && pwd) || exit 2
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || exit 2
+# shellcheck source=tests/cli_harness.sh
+source "$ROOT/tests/cli_harness.sh"
+cli_begin cli_text_test "mkplan mkrun mktoken mk_eos_fixture" "$@"
 MKPLAN=$BUILD/mkplan
 MKRUN=$BUILD/mkrun
 MKTOKEN=$BUILD/mktoken
 FIXTURE=$BUILD/mk_eos_fixture
-for tool in "$MKPLAN" "$MKRUN" "$MKTOKEN" "$FIXTURE"; do
-  if [[ ! -x $tool ]]; then
-    echo "cli_text_test: $tool is missing (build first)" >&2
-    exit 2
-  fi
-done
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/mk-cli-text.XXXXXX") || exit 2
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 2
-
-# shellcheck source=tests/cli_harness.sh
-source "$ROOT/tests/cli_harness.sh"
 stdout_is() { [[ "$(cat "$WORK/stdout")" == "$1" ]]; }
 clean_error() {
   local tool=$1 pattern=$2
