@@ -57,12 +57,16 @@ __device__ inline const uint16_t* weight_row(const schedule::MatvecPayload& p, c
   return mem.at<const uint16_t>(p.weight[s]) + uint64_t{row - first} * p.cols;
 }
 
-// f(r, c) for this thread's share of `count` rows of `per_row` 16-byte chunks (chunk i = tid,
-// tid + kThreads, ... as row i / per_row, chunk i % per_row), stepping without a division.
+// f(r, c) for this thread's share of `count` rows of 2^shift 16-byte chunks (chunk i = tid,
+// tid + kThreads, ... as row i >> shift, chunk i & mask): shifts and masks, not divisions (a
+// runtime division is ~20 instructions: docs/notes.md 126). The shift is read from shared memory
+// at each use: held in registers across the column blocks, the stepping's constants made the
+// products' loop spill (ptxas: 284 bytes of reloads).
 template <class F>
-__device__ __forceinline__ void for_chunks(uint32_t count, uint32_t per_row, F&& f) {
-  const uint32_t dr = kThreads / per_row, dc = kThreads % per_row;
-  uint32_t r = threadIdx.x / per_row, c = threadIdx.x % per_row;
+__device__ __forceinline__ void for_chunks(uint32_t count, const volatile uint32_t* shift_at, F&& f) {
+  const uint32_t shift = *shift_at, per_row = 1u << shift, mask = per_row - 1;
+  const uint32_t dr = kThreads >> shift, dc = kThreads & mask;
+  uint32_t r = threadIdx.x >> shift, c = threadIdx.x & mask;
   while (r < count) {
     f(r, c);
     r += dr, c += dc;
@@ -83,6 +87,7 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
   float* ss = reinterpret_cast<float*>(wrow + 2 * kRowBlock);              // [kMaxCudaRows]
   float* inv = ss + kMaxCudaRows;                                          // [kMaxCudaRows]
   uint32_t* used = reinterpret_cast<uint32_t*>(inv + kMaxCudaRows);        // [kMaxCudaRows + 1]: count, then rows
+  uint32_t* shifts = used + kMaxCudaRows + 1;                               // [2]: log2 of a stage's chunks a row (weights, input)
   unsigned char* stage0 = reinterpret_cast<unsigned char*>(used + kMaxCudaRows + 4);
   if (tid == 0) {
     uint32_t k = 0;
@@ -98,17 +103,20 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
   const uint32_t rgroups = (rb_rows + 15) / 16, part = rgroups * 16;
   RowsLayout L{n, silu ? 2 * part : part, 64, 0, 0};
   const uint32_t fixed = static_cast<uint32_t>(stage0 - scratch);
-  // The column block: weights of about kStageWeightBytes a stage, up to the row's length, and at
-  // least 3 stages in the scratch.
-  const uint32_t room = scratch_bytes - fixed, cols64 = (cols + 63) / 64 * 64;
-  L.kb = min(min(kMaxColBlock, cols64), max(64u, kStageWeightBytes / (L.weights * 2) / 64 * 64));
+  // The column block: a power of two of at least 64 (for_chunks), weights of about
+  // kStageWeightBytes a stage (the power of two nearest it), not past the row's length rounded
+  // up to one, and at least 4 stages in the scratch (their count is rounded down to a power of two).
+  const uint32_t room = scratch_bytes - fixed, want = max(64u, kStageWeightBytes / (L.weights * 2));
+  L.kb = 64;
+  while (L.kb < kMaxColBlock && L.kb < cols && 3 * L.kb <= 2 * want) L.kb *= 2;  // up while 1.5 kb <= want
   for (;;) {
     L.stage_bytes = L.w_bytes() + L.x_bytes() + L.norm_bytes(norm);
-    if (L.kb == 64 || 3 * L.stage_bytes <= room) break;
-    L.kb -= 64;
+    if (L.kb == 64 || 4 * L.stage_bytes <= room) break;
+    L.kb /= 2;
   }
   L.stages = min(kMaxStagesRows, room / L.stage_bytes);
   if (L.stages < 2) __trap();  // the executor's shared memory is too small for this step's rows
+  L.stages = 1u << (31 - __clz(L.stages));  // a power of two (2, 4 or 8)
   auto w_of = [&](uint32_t s) { return reinterpret_cast<uint16_t*>(stage0 + s * L.stage_bytes); };
   auto x_of = [&](uint32_t s) { return reinterpret_cast<float*>(stage0 + s * L.stage_bytes + L.w_bytes()); };
   auto nw_of = [&](uint32_t s) { return reinterpret_cast<uint16_t*>(stage0 + s * L.stage_bytes + L.w_bytes() + L.x_bytes()); };
@@ -116,20 +124,21 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
   for (uint32_t t = tid; t < n; t += kThreads) ss[t] = 0.0f;
 
   const float* in = mem.at<const float>(p.in);
-  const uint32_t kblocks = (cols + KB - 1) / KB, bit = handoff.bit, wchunks = KB / 8, xchunks = KB / 4;
+  const uint32_t kblocks = (cols + KB - 1) / KB, bit = handoff.bit;
+  if (tid == 0) shifts[0] = __ffs(KB / 8) - 1, shifts[1] = __ffs(KB / 4) - 1;  // seen after the row block's barriers
   // Stage s's copies of column block kb: 16 bytes a thread a copy, the weight rows (zeros past the
   // task's rows and the columns), the input rows, the norm weight's columns. (Bulk copies on the
   // ring's mbarriers, issued by one warp, were slower here and wrong: H100, 2026-12-06.)
   auto issue = [&](uint32_t s, uint32_t kb) {
     const uint32_t c0 = kb * KB, valid = min(KB, cols - c0);
     uint16_t* w = w_of(s);
-    for_chunks(L.weights, wchunks, [&](uint32_t r, uint32_t c) {
+    for_chunks(L.weights, shifts, [&](uint32_t r, uint32_t c) {
       const uint16_t* src = wrow[r];
       const bool ok = src && c * 8 < valid;  // else zeros, from an address inside the weights, not read
       cp_async16(w + r * ws + c * 8, ok ? src + c0 + c * 8 : mem.at<const uint16_t>(p.weight[0]), ok ? 16 : 0);
     });
     float* x = x_of(s);
-    for_chunks(n, xchunks, [&](uint32_t t, uint32_t c) {
+    for_chunks(n, shifts + 1, [&](uint32_t t, uint32_t c) {
       const bool ok = c * 4 < valid;
       cp_async16(x + t * xs + c * 4, in + uint64_t{used[1 + t]} * cols + c0 + (ok ? c * 4 : 0), ok ? 16 : 0);
     });
@@ -146,14 +155,14 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
     uint64_t start = 0;
     for (uint32_t round = 0;; ++round) {
       uint32_t stale = 0;
-      for_chunks(n, xchunks, [&](uint32_t t, uint32_t c) {
+      for_chunks(n, shifts + 1, [&](uint32_t t, uint32_t c) {
         if (c * 4 < valid) stale |= stale_bits(*reinterpret_cast<const float4*>(x + t * xs + c * 4), bit);
       });
       if (!block_any(stale)) return true;
       if (stale) keep_polling(round, start, p.in, bit ^ 1u);
       block_sync();
       if (handoff.failed) return false;
-      for_chunks(n, xchunks, [&](uint32_t t, uint32_t c) {
+      for_chunks(n, shifts + 1, [&](uint32_t t, uint32_t c) {
         if (c * 4 < valid)
           *reinterpret_cast<float4*>(x + t * xs + c * 4) = load_tagged4(in + uint64_t{used[1 + t]} * cols + c0 + c * 4);
       });
@@ -191,14 +200,15 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
       for (uint32_t r = 0; r < kRowGroups; ++r)
 #pragma unroll
         for (uint32_t e = 0; e < 4; ++e) acc[j][r][e] = up[j][r][e] = 0.0f;
-    const uint32_t first = kb_all;
-    for (uint32_t k = 0; k + 1 < L.stages && k < kblocks; ++k) issue((first + k) % L.stages, k);
+    // The stage of a column block: stages are a power of two, so a mask, not a division.
+    const uint32_t first = kb_all, smask = L.stages - 1;
+    for (uint32_t k = 0; k + 1 < L.stages && k < kblocks; ++k) issue((first + k) & smask, k);
     for (uint32_t kb = 0; kb < kblocks; ++kb) {
-      const uint32_t s = (first + kb) % L.stages;
+      const uint32_t s = (first + kb) & smask;
       // This block's copies landed (at most stages - 2 issued after it), and every thread's did.
       cp_async_wait(min(L.stages - 2, kblocks - 1 - kb));
       if (!check_input(s, kb)) return;  // the block barrier; or the launch aborts
-      if (kb + L.stages - 1 < kblocks) issue((first + kb + L.stages - 1) % L.stages, kb + L.stages - 1);
+      if (kb + L.stages - 1 < kblocks) issue((first + kb + L.stages - 1) & smask, kb + L.stages - 1);
       const float* x = x_of(s);
       const uint16_t* w = w_of(s);
       const uint16_t* nw = nw_of(s);
