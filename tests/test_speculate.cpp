@@ -200,7 +200,8 @@ TEST_CASE("speculate: stops and token limits inside a check step, a continuation
     for (const bool cost_aware : {false, true}) {
       SpeculateOptions spec = options(4);
       spec.cost_aware = cost_aware;
-      check_same(both(m, g, spec, 64).speculative, both(m, g, spec, 64).plain);
+      const Runs r = both(m, g, spec, 64);
+      check_same(r.speculative, r.plain);
     }
   }
   g.tokens = 30;

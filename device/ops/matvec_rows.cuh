@@ -25,7 +25,7 @@ namespace detail {
 // the input's rows leave of shared memory. Shared-memory rows are padded so that the fragments'
 // loads hit distinct banks: a weight row of K bf16 in 2K + 16 bytes (16 mod 128: the 8 rows an
 // ldmatrix phase reads fill the 32 banks once), an input row of K f32 in 4K + 32 bytes (K + 8
-// words, 8 mod 32: 8 banks apart), K a multiple of 64.
+// words, 8 mod 32: 8 banks apart), K a power of two of at least 64.
 inline constexpr uint32_t kRowBlock = 64;
 inline constexpr uint32_t kStageWeightBytes = 24 * 1024;
 inline constexpr uint32_t kMaxColBlock = 2048;
@@ -36,7 +36,7 @@ inline constexpr uint32_t kMaxStagesRows = 8;
 struct RowsLayout {
   uint32_t n;          // the step's rows computed
   uint32_t weights;    // weight rows a tile (up to kRowBlock, twice that for silu_mul)
-  uint32_t kb;         // columns a stage, a multiple of 64
+  uint32_t kb;         // columns a stage, a power of two of at least 64 (for_chunks)
   uint32_t stage_bytes, stages;
   __device__ uint32_t w_stride() const { return kb + 8; }  // bf16
   __device__ uint32_t x_stride() const { return kb + 8; }  // f32
