@@ -44,15 +44,9 @@ std::unique_ptr<device::CudaExecutor> executor(const schedule::Schedule& s, uint
   eo.tagged_handoff = g_handoff == "tags";
   eo.kv_splits = g_kv_splits;
   auto exec = std::make_unique<device::CudaExecutor>(s, eo);
-  for (uint32_t t = 0; t < s.tensors.size(); ++t) {
-    const schedule::Tensor& tensor = s.tensors[t];
-    if (tensor.role == schedule::Role::weight) {
-      const bool norm = tensor.shape.size() == 1;
-      exec->fill_random(t, t + 1, norm ? 0.1f : 1.0f / std::sqrt(float(tensor.shape.back())));
-    } else if (tensor.role == schedule::Role::kv_cache) {
-      exec->fill_random(t, t + 1, 1.0f);
-    }
-  }
+  exec->fill_random_weights(1);
+  for (uint32_t t = 0; t < s.tensors.size(); ++t)
+    if (s.tensors[t].role == schedule::Role::kv_cache) exec->fill_random(t, t + 1, 1.0f);
   return exec;
 }
 
@@ -120,15 +114,9 @@ std::vector<double> run(const schedule::Schedule& s, uint32_t context, uint32_t 
   eo.tagged_handoff = g_handoff == "tags";
   eo.kv_splits = g_kv_splits;
   device::CudaExecutor exec(s, eo);
-  for (uint32_t t = 0; t < s.tensors.size(); ++t) {
-    const schedule::Tensor& tensor = s.tensors[t];
-    if (tensor.role == schedule::Role::weight) {
-      const bool norm = tensor.shape.size() == 1;
-      exec.fill_random(t, t + 1, norm ? 0.1f : 1.0f / std::sqrt(float(tensor.shape.back())));
-    } else if (tensor.role == schedule::Role::kv_cache) {
-      exec.fill_random(t, t + 1, 1.0f);
-    }
-  }
+  exec.fill_random_weights(1);
+  for (uint32_t t = 0; t < s.tensors.size(); ++t)
+    if (s.tensors[t].role == schedule::Role::kv_cache) exec.fill_random(t, t + 1, 1.0f);
   std::vector<double> us;
   for (uint32_t i = 0; i < reps + 3; ++i) {
     const double t = exec.timed_steps(17, context - 1, steps) * 1e3 / steps;

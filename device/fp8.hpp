@@ -51,4 +51,38 @@ MK_HD inline uint8_t f32_to_f8e4m3(float f) {
   return sign | static_cast<uint8_t>(e << 3 | m);
 }
 
+#if defined(__CUDACC__)
+// Two e4m3 (the lower byte the lower element) as two floats, exactly: the hardware's conversion
+// to f16x2 (sm_89 on), which holds every e4m3 value, then each half to f32.
+__device__ __forceinline__ float2 f8x2_to_float2(uint16_t two) {
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(two));
+  float lo, hi;
+  asm("{\n .reg .f16 a, b;\n mov.b32 {a, b}, %2;\n cvt.f32.f16 %0, a;\n cvt.f32.f16 %1, b;\n}" : "=f"(lo), "=f"(hi) : "r"(h));
+  return make_float2(lo, hi);
+}
+// The same as a bf16x2, the lower element in the low half: exact (e4m3's 3 mantissa bits and
+// exponents 2^-9 to 2^8 fit bf16's), the tensor cores' A operand.
+__device__ __forceinline__ uint32_t f8x2_to_bf16x2(uint16_t two) {
+  const float2 f = f8x2_to_float2(two);
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(f.y), "f"(f.x));
+  return r;
+}
+// Dot product of 8 e4m3 weights (8 bytes, the first column in the lowest) with 8 floats.
+__device__ __forceinline__ float dot8_f8(uint2 w, float4 a, float4 b) {
+  const float2 w0 = f8x2_to_float2(static_cast<uint16_t>(w.x)), w1 = f8x2_to_float2(static_cast<uint16_t>(w.x >> 16));
+  const float2 w2 = f8x2_to_float2(static_cast<uint16_t>(w.y)), w3 = f8x2_to_float2(static_cast<uint16_t>(w.y >> 16));
+  float s = w0.x * a.x;
+  s = fmaf(w0.y, a.y, s);
+  s = fmaf(w1.x, a.z, s);
+  s = fmaf(w1.y, a.w, s);
+  s = fmaf(w2.x, b.x, s);
+  s = fmaf(w2.y, b.y, s);
+  s = fmaf(w3.x, b.z, s);
+  s = fmaf(w3.y, b.w, s);
+  return s;
+}
+#endif
+
 }  // namespace mk::device

@@ -33,7 +33,7 @@ class EmulatorBackend : public Backend {
       const schedule::Tensor& t = s.tensors[i];
       if (t.role == schedule::Role::weight) {
         // Read-only: op bodies never write weights.
-        pointers_[i] = const_cast<uint8_t*>(ckpt.find(t.key)->bytes.data());
+        pointers_[i] = const_cast<uint8_t*>(ckpt.data(t.key, t.dtype).data());
         continue;
       }
       const uint64_t n = t.elements() * (t.role == schedule::Role::kv_cache ? uint64_t{opt.max_context} * opt.slots : s.max_tokens);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -21,6 +22,7 @@
 #include "common/input_file.hpp"
 #include "common/output_file.hpp"
 #include "device/bf16.hpp"
+#include "device/fp8.hpp"
 #include "schedules/limits.hpp"
 #include "schedules/schedule.hpp"
 
@@ -269,7 +271,12 @@ uint32_t load_u32(const uint8_t* p) {
 
 }  // namespace
 
-Checkpoint::Checkpoint() = default;
+struct Checkpoint::F32Copies {
+  std::mutex mutex;
+  std::map<std::string, std::vector<float>> values;
+};
+
+Checkpoint::Checkpoint() : f32_(std::make_unique<F32Copies>()) {}
 Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
 Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
 Checkpoint::~Checkpoint() = default;
@@ -350,25 +357,65 @@ std::vector<float> Checkpoint::to_float(const std::string& key) const {
   } else if (dtype == "F32") {
     out.resize(bytes.size() / 4);
     for (size_t i = 0; i < out.size(); ++i) out[i] = std::bit_cast<float>(load_u32(p + 4 * i));
+  } else if (dtype == "F8_E4M3") {
+    out.resize(bytes.size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = f8e4m3_to_f32(p[i]);
   } else {
-    fail(t->file, "tensor '", key, "': cannot convert ", dtype, " to float (BF16, F16 and F32 only)");
+    fail(t->file, "tensor '", key, "': cannot convert ", dtype, " to float (BF16, F16, F32 and F8_E4M3 only)");
   }
   return out;
+}
+
+std::span<const uint8_t> Checkpoint::data(const std::string& key, schedule::DType dtype) const {
+  const CheckpointTensor* t = find(key);
+  if (!t) fail(root_, "missing key '", key, "'");
+  if (dtype == schedule::DType::bf16) return t->bytes;
+  if (dtype == schedule::DType::f8e4m3) return t->stored_bytes;
+  if (dtype != schedule::DType::f32) fail(t->file, "tensor '", key, "': no weight is read as ", schedule::dtype_name(dtype));
+  std::lock_guard<std::mutex> lock(f32_->mutex);
+  auto it = f32_->values.find(key);
+  if (it == f32_->values.end()) it = f32_->values.emplace(key, to_float(key)).first;
+  return {reinterpret_cast<const uint8_t*>(it->second.data()), it->second.size() * sizeof(float)};
 }
 
 void check_weights(const schedule::Schedule& s, const Checkpoint& ckpt) {
   for (const schedule::Tensor& st : s.tensors) {
     if (st.role != schedule::Role::weight) continue;
-    const std::string expected = "BF16 " + shape_string(st.shape);
+    const bool f8 = st.dtype == schedule::DType::f8e4m3, f32 = st.dtype == schedule::DType::f32;
+    const std::string expected = (f8 ? "F8_E4M3 " : f32 ? "F32 " : "BF16 ") + shape_string(st.shape);
     if (st.key.empty()) fail(ckpt.path(), "schedule tensor '", st.name, "' has no safetensors key");
     const CheckpointTensor* t = ckpt.find(st.key);
     if (!t)
       fail(ckpt.path(), "missing key '", st.key, "' (schedule tensor '", st.name, "', expected ", expected, ")");
-    const bool same_shape = std::equal(t->shape.begin(), t->shape.end(), st.shape.begin(), st.shape.end(),
-                                       [](uint64_t a, uint32_t b) { return a == b; });
-    if (t->dtype != "BF16" || !same_shape)
-      fail(t->file, "key '", st.key, "' (schedule tensor '", st.name, "') is ", t->dtype, " ",
-           shape_string(t->shape), ", expected ", expected, t->dtype != "BF16" ? " (F16 and F32 are converted at load)" : "");
+    // A scale of a single value may be stored as a scalar (shape []) or a [1, 1].
+    uint64_t n = 1;
+    for (uint64_t d : t->shape) n = d > 0 && n <= std::numeric_limits<uint64_t>::max() / d ? n * d : 0;
+    const bool single = f32 && st.shape == std::vector<uint32_t>{1} && n == 1;
+    const bool same_shape = single || std::equal(t->shape.begin(), t->shape.end(), st.shape.begin(), st.shape.end(),
+                                                 [](uint64_t a, uint32_t b) { return a == b; });
+    // Scales of per-row layout are published as [rows, 1].
+    const bool row_scales = f32 && st.shape.size() == 1 && t->shape.size() == 2 && t->shape[0] == st.shape[0] && t->shape[1] == 1;
+    const bool dtype_ok = f8 ? t->stored_dtype == "F8_E4M3"
+                          : f32 ? t->stored_dtype == "F32" || t->stored_dtype == "BF16" || t->stored_dtype == "F16"
+                                : t->dtype == "BF16";
+    if (!dtype_ok || !(same_shape || row_scales))
+      fail(t->file, "key '", st.key, "' (schedule tensor '", st.name, "') is ", t->stored_dtype, " ", shape_string(t->shape),
+           ", expected ", expected,
+           f8 && t->stored_dtype == "F8_E5M2" ? " (e5m2 weights are not supported: e4m3 only)"
+           : f8 || f32                       ? ""
+                                             : " (F16 and F32 are converted at load)");
+    if (f8) {  // e4m3 has no infinity; S.1111.111 is NaN, which no quantizer writes
+      const std::span<const uint8_t> b = t->stored_bytes;
+      for (size_t i = 0; i < b.size(); ++i)
+        if (f8e4m3_is_nan(b[i]))
+          fail(t->file, "key '", st.key, "': element ", i, " is a float8 NaN (byte 0x", std::hex, int{b[i]}, std::dec,
+               "); a quantized weight is finite");
+    }
+    if (f32) {
+      const std::vector<float> v = ckpt.to_float(st.key);
+      for (size_t i = 0; i < v.size(); ++i)
+        if (!std::isfinite(v[i])) fail(t->file, "key '", st.key, "': scale ", i, " is ", v[i], "; scales must be finite");
+    }
   }
 }
 
@@ -379,10 +426,12 @@ void write_safetensors(const fs::path& file, const std::vector<NewTensor>& tenso
     uint64_t n = 0;
     if (t.key.empty() || t.key == "__metadata__") fail(file, "invalid tensor key '", t.key, "'");
     if (header.contains(t.key)) fail(file, "tensor '", t.key, "' given twice");
-    if (!checked_elements(t.shape, n) || n != t.bf16.size())
-      fail(file, "tensor '", t.key, "': shape ", shape_string(t.shape), " does not match ", t.bf16.size(), " values");
-    header[t.key] = {{"dtype", "BF16"}, {"shape", t.shape}, {"data_offsets", {offset, offset + 2 * n}}};
-    offset += 2 * n;
+    const uint64_t eb = safetensors_dtype_bytes(t.dtype), have = t.dtype == "BF16" ? t.bf16.size() : t.raw.size() / std::max<uint64_t>(eb, 1);
+    if (eb == 0 || (t.dtype != "BF16" && t.raw.size() % eb)) fail(file, "tensor '", t.key, "': cannot write dtype ", t.dtype);
+    if (!checked_elements(t.shape, n) || n != have)
+      fail(file, "tensor '", t.key, "': shape ", shape_string(t.shape), " does not match ", have, " values");
+    header[t.key] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + eb * n}}};
+    offset += eb * n;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data area 8-byte aligned
@@ -394,6 +443,10 @@ void write_safetensors(const fs::path& file, const std::vector<NewTensor>& tenso
     f.write(len, 8);
     f.write(text);
     for (const NewTensor& t : tensors) {
+      if (t.dtype != "BF16") {
+        f.write(t.raw.data(), t.raw.size());
+        continue;
+      }
       if constexpr (std::endian::native == std::endian::little) {
         f.write(t.bf16.data(), 2 * t.bf16.size());
       } else {
@@ -454,6 +507,30 @@ std::vector<uint16_t> random_values(const NewTensor& t, Normal& normal) {
   return v;
 }
 
+// An f8e4m3 weight w drawn as random_values draws a matrix, then quantized: each scale (of the
+// layout its shape gives: [1], [rows] or 128 x 128 blocks) the largest magnitude it covers over
+// 448, each value rounded to the nearest e4m3 of value / scale.
+void quantize_random(NewTensor& w, NewTensor& scale, Normal& normal) {
+  NewTensor drawn{w.key, w.shape, {}};
+  const std::vector<uint16_t> v = random_values(drawn, normal);
+  const uint64_t rows = w.shape[0], cols = w.shape[1];
+  uint64_t count = 1;
+  for (uint64_t d : scale.shape) count *= d;
+  const bool block = scale.shape.size() == 2, row = !block && count == rows && rows > 1;
+  const uint64_t cbs = (cols + 127) / 128;
+  auto index = [&](uint64_t r, uint64_t c) { return block ? r / 128 * cbs + c / 128 : row ? r : 0; };
+  std::vector<float> amax(count, 0.0f);
+  for (uint64_t r = 0; r < rows; ++r)
+    for (uint64_t c = 0; c < cols; ++c) amax[index(r, c)] = std::max(amax[index(r, c)], std::fabs(bf16_to_f32(v[r * cols + c])));
+  std::vector<float> s(count);
+  for (uint64_t i = 0; i < count; ++i) s[i] = amax[i] > 0 ? amax[i] / 448.0f : 1.0f;
+  w.raw.resize(rows * cols);
+  for (uint64_t r = 0; r < rows; ++r)
+    for (uint64_t c = 0; c < cols; ++c) w.raw[r * cols + c] = f32_to_f8e4m3(bf16_to_f32(v[r * cols + c]) / s[index(r, c)]);
+  scale.raw.resize(4 * count);
+  std::memcpy(scale.raw.data(), s.data(), scale.raw.size());  // little-endian host (as write_safetensors' BF16)
+}
+
 }  // namespace
 
 void write_random_checkpoint(const schedule::Schedule& s, const fs::path& dir, uint64_t seed) {
@@ -473,9 +550,14 @@ void write_random_checkpoint(const schedule::Schedule& s, const fs::path& dir, u
     }
     seen[st.key] = {tensors.size(), st.name};
     tensors.push_back({st.key, std::move(shape), {}});
+    if (st.dtype == schedule::DType::f8e4m3) tensors.back().dtype = "F8_E4M3";
+    if (st.dtype == schedule::DType::f32) tensors.back().dtype = "F32";  // scales: after their weight (format.hpp)
   }
   Normal normal(seed);
-  for (NewTensor& t : tensors) t.bf16 = random_values(t, normal);
+  for (NewTensor& t : tensors)
+    if (t.dtype == "BF16") t.bf16 = random_values(t, normal);
+  for (size_t i = 0; i + 1 < tensors.size(); ++i)
+    if (tensors[i].dtype == "F8_E4M3") quantize_random(tensors[i], tensors[i + 1], normal);
 
   std::error_code ec;
   fs::create_directories(dir, ec);

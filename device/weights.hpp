@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "schedules/format.hpp"
+
 namespace mk::schedule {
 struct Schedule;
 }
@@ -41,8 +43,12 @@ class Checkpoint {
 
   const CheckpointTensor* find(const std::string& key) const;  // nullptr when absent
   const std::map<std::string, CheckpointTensor>& tensors() const { return tensors_; }
-  // The tensor as stored, converted to float (BF16, F16 and F32 supported); throws WeightError if absent.
+  // The tensor as stored, converted to float (BF16, F16, F32 and F8_E4M3 supported); throws WeightError if absent.
   std::vector<float> to_float(const std::string& key) const;
+  // The bytes of tensor `key` in the element type a schedule gives it (check_weights first):
+  // bf16 (the converted bytes of F16 and F32), f8e4m3 (as stored), f32 (an aligned copy of the
+  // stored values, converted from BF16 or F16: made once, on first use).
+  std::span<const uint8_t> data(const std::string& key, schedule::DType) const;
   // What open() was given; error messages name it.
   const std::filesystem::path& path() const { return root_; }
 
@@ -57,24 +63,31 @@ class Checkpoint {
   std::vector<std::unique_ptr<Mapping>> maps_;
   std::map<std::string, CheckpointTensor> tensors_;
   std::vector<std::unique_ptr<std::vector<uint8_t>>> converted_;  // bf16 copies of F16 and F32 tensors
+  struct F32Copies;                                                // data(key, f32)'s copies
+  std::unique_ptr<F32Copies> f32_;
 };
 
-// Checks every weight tensor of the schedule against the checkpoint: present, BF16, same shape.
-// Throws WeightError describing the first mismatch (key, what the schedule expects, what the
-// file has, which file).
+// Checks every weight tensor of the schedule against the checkpoint: present, of the same shape,
+// and of its dtype: bf16 weights BF16 (or F16, F32: converted at open), f8e4m3 weights F8_E4M3
+// with no NaN byte, their f32 scales F32, BF16 or F16 and finite. Throws WeightError describing
+// the first mismatch (key, what the schedule expects, what the file has, which file).
 void check_weights(const schedule::Schedule&, const Checkpoint&);
 
 struct NewTensor {
   std::string key;
   std::vector<uint64_t> shape;
-  std::vector<uint16_t> bf16;  // row-major data
+  std::vector<uint16_t> bf16;  // row-major data, where dtype is BF16
+  std::string dtype = "BF16";  // or F8_E4M3, F32: the little-endian bytes in raw
+  std::vector<uint8_t> raw = {};
 };
-// Writes one safetensors file (BF16 tensors); via a temporary file and rename.
+// Writes one safetensors file; via a temporary file and rename.
 void write_safetensors(const std::filesystem::path& file, const std::vector<NewTensor>& tensors);
 
 // A checkpoint folder of random weights for every weight tensor of a schedule (each key once):
 // `dir/model.safetensors` plus a minimal `config.json`. Seeded and deterministic. 1-D weights
-// (norms) are drawn near 1, matrices with std 1/sqrt(cols), embeddings with std 1.
+// (norms) are drawn near 1, matrices with std 1/sqrt(cols), embeddings with std 1. An f8e4m3
+// weight is such a matrix quantized with F32 scales of its layout, each the largest magnitude it
+// covers over 448: the values span e4m3's range.
 void write_random_checkpoint(const schedule::Schedule&, const std::filesystem::path& dir, uint64_t seed);
 
 }  // namespace mk::device

@@ -38,7 +38,10 @@ struct TensorDecl {
   TensorKind kind = TensorKind::activation;
   std::vector<int64_t> shape;  // kv_cache: the shape of one position
   std::string key;             // weights: safetensors key
-  std::string dtype = "f32";   // activations: f32 (default) or i32; weights bf16; caches bf16
+  std::string dtype = "f32";   // activations: f32 (default) or i32; weights bf16 (default) or f8e4m3; caches bf16
+  // f8e4m3 weights: the safetensors key of the f32 (or bf16) scales and how they cover the weight:
+  // "tensor" (one), "row" (one per row) or "block128" (one per 128 x 128 block); empty otherwise.
+  std::string scale_key, scale_layout;
   int layer = -1;              // repeat iteration it was declared in, -1 outside
   Location loc;
 };

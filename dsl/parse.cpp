@@ -212,7 +212,7 @@ TensorDecl Parser::parse_tensor(const Entry& entry, TensorKind kind, const Scope
   Entries fields = entries(entry.value, std::string(noun) + " '" + t.name + "'", at(entry));
   switch (kind) {
     case TensorKind::weight:
-      check_keys(fields, {"key", "shape"}, where);
+      check_keys(fields, {"key", "shape", "dtype", "scale"}, where);
       break;
     case TensorKind::activation:
       check_keys(fields, {"shape", "dtype"}, where);
@@ -226,12 +226,29 @@ TensorDecl Parser::parse_tensor(const Entry& entry, TensorKind kind, const Scope
     const Entry& key = require(fields, entry.key_loc, "key", where);
     t.key = substitute(scalar(key), scope, at(key));
   }
-  // The device stores weights and caches in bf16; only activations have a choice.
+  // Caches are bf16; weights bf16 or float8 e4m3 with their scales; activations f32 or i32.
   t.dtype = kind == TensorKind::activation ? "f32" : "bf16";
   if (const Entry* dtype = find(fields, "dtype")) {
     t.dtype = scalar(*dtype);
-    if (t.dtype != "f32" && t.dtype != "i32")
+    if (kind == TensorKind::activation && t.dtype != "f32" && t.dtype != "i32")
       fail(dtype->value, "unknown dtype '" + t.dtype + "'; expected f32 or i32");
+    if (kind == TensorKind::weight && t.dtype != "bf16" && t.dtype != "f8e4m3")
+      fail(dtype->value, "unknown weight dtype '" + t.dtype + "'; expected bf16 or f8e4m3");
+  }
+  const Entry* scale = find(fields, "scale");
+  if (t.dtype == "f8e4m3" && !scale)
+    throw Error(entry.key_loc, "an f8e4m3 weight needs 'scale: {key: ..., layout: tensor, row or block128}'" + where);
+  if (scale) {
+    if (t.dtype != "f8e4m3") throw Error(scale->key_loc, "'scale' is for f8e4m3 weights; this one is " + t.dtype + where);
+    const std::string swhere = " in the scale of weight '" + t.name + "'";
+    Entries sf = entries(*scale);
+    check_keys(sf, {"key", "layout"}, swhere);
+    const Entry& key = require(sf, scale->key_loc, "key", swhere);
+    t.scale_key = substitute(scalar(key), scope, at(key));
+    const Entry& layout = require(sf, scale->key_loc, "layout", swhere);
+    t.scale_layout = scalar(layout);
+    if (t.scale_layout != "tensor" && t.scale_layout != "row" && t.scale_layout != "block128")
+      fail(layout.value, "unknown scale layout '" + t.scale_layout + "'; expected tensor, row or block128");
   }
   return t;
 }

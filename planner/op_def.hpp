@@ -20,6 +20,7 @@ struct FieldSpec {
   const char* name;
   FieldKind kind;
   bool required;
+  bool float8 = false;  // an input that may name f8e4m3 weights (the planner refuses them elsewhere)
 };
 
 // A 1-D element range of a tensor (for a kv cache: of one position).

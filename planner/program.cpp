@@ -239,6 +239,28 @@ uint32_t attention_head_dim(const Program& p) {
   return hd;
 }
 
+namespace {
+
+// The scales of float8 weight w (declared as d), as the tensor after it: f32, of the shape its
+// layout gives; read as one of its weight (no op names it).
+TensorInfo scale_tensor(const TensorInfo& w, const dsl::TensorDecl& d) {
+  if (w.shape.size() != 2) throw dsl::Error(d.loc, "f8e4m3 weight '" + d.name + "' must be 2-D [rows, cols] (a matvec's)");
+  TensorInfo s;
+  s.name = w.name + ".scale";
+  s.key = d.scale_key;
+  s.role = Role::weight;
+  s.dtype = DType::f32;
+  s.layer = w.layer;
+  s.loc = w.loc;
+  const uint32_t b = schedule::kScaleBlock;
+  s.shape = d.scale_layout == "tensor" ? std::vector<uint32_t>{1}
+            : d.scale_layout == "row"  ? std::vector<uint32_t>{w.shape[0]}
+                                       : std::vector<uint32_t>{(w.shape[0] + b - 1) / b, (w.shape[1] + b - 1) / b};
+  return s;
+}
+
+}  // namespace
+
 Program analyze(const dsl::ModelGraph& model, uint32_t sm_count) {
   Program p;
   p.model = &model;
@@ -262,7 +284,11 @@ Program analyze(const dsl::ModelGraph& model, uint32_t sm_count) {
       t.shape.push_back(static_cast<uint32_t>(dim));
     }
     switch (d.kind) {
-      case dsl::TensorKind::weight: t.role = Role::weight, t.dtype = DType::bf16; break;
+      case dsl::TensorKind::weight:
+        t.role = Role::weight;
+        t.dtype = d.dtype == "f8e4m3" ? DType::f8e4m3 : DType::bf16;
+        t.scale_layout = d.scale_layout;
+        break;
       case dsl::TensorKind::kv_cache: t.role = Role::kv_cache, t.dtype = DType::bf16; break;
       case dsl::TensorKind::activation:
         t.role = Role::activation;
@@ -273,6 +299,7 @@ Program analyze(const dsl::ModelGraph& model, uint32_t sm_count) {
     }
     p.tensor_ids.emplace(t.name, static_cast<uint32_t>(p.tensors.size()));
     p.tensors.push_back(std::move(t));
+    if (d.dtype == "f8e4m3") p.tensors.push_back(scale_tensor(p.tensors.back(), d));  // the next tensor (format.hpp)
   }
 
   // Resolve each op and find who writes what.
@@ -289,6 +316,12 @@ Program analyze(const dsl::ModelGraph& model, uint32_t sm_count) {
     if (op.opcode == schedule::Opcode::noop) throw dsl::Error(decl.loc, "unknown op '" + decl.kind + "'");
     const OpDef& def = op_def(op.opcode);
     check_fields(def, decl);
+    for (const FieldSpec& f : def.fields)  // float8 weights only where the op reads them
+      if (const dsl::Value* v = decl.field(f.name); v && !f.float8 && (f.kind == FieldKind::input || f.kind == FieldKind::input_list))
+        for (const std::string& item : v->items)
+          if (const uint32_t id = p.find(item); id != schedule::kNone && p.tensors[id].dtype == DType::f8e4m3)
+            throw dsl::Error(v->loc, "'" + item + "' is an f8e4m3 weight; op '" + decl.kind + "' reads its '" + f.name +
+                                         "' in bf16 (float8 weights are a matvec's 'weight')");
     const dsl::Value& out = located(decl, "out");
     const std::string& out_name = out.items.front();
     if (const uint32_t id = p.find(out_name); id != schedule::kNone && p.tensors[id].role != Role::activation)
@@ -441,9 +474,12 @@ Program analyze(const dsl::ModelGraph& model, uint32_t sm_count) {
   std::set<std::string, std::less<>> read;
   for (const OpInfo& op : p.ops)
     for (const std::string& name : input_names(op_def(op.opcode), *op.decl)) read.insert(name);
-  for (const TensorInfo& t : p.tensors)
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    const TensorInfo& t = p.tensors[i];
+    if (i > 0 && p.tensors[i - 1].dtype == DType::f8e4m3) continue;  // scales: read with their weight
     if (t.role == Role::weight && !read.count(t.name))
       throw dsl::Error(t.loc, "weight '" + t.name + "' (key '" + t.key + "') is declared but no op reads it");
+  }
 
   // The argmax (or sample) op marks the step's outputs: its input is the logits, its output the token.
   for (const OpInfo& op : p.ops) {

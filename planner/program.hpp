@@ -22,6 +22,7 @@ struct TensorInfo {
   std::vector<uint32_t> shape;
   int layer = -1;
   dsl::Location loc;
+  std::string scale_layout;  // f8e4m3 weights: tensor, row or block128 (their scales are the next tensor)
   uint64_t elements() const;
 };
 

@@ -18,8 +18,9 @@
 namespace mk::schedule {
 
 inline constexpr char kMagic[8] = {'M', 'K', 'S', 'C', 'H', 'E', 'D', '\0'};
-// 2: matvec biases; 3: short steps; 4: argmax split, tickets; 5: short-step waits; 6: max_tokens
-inline constexpr uint32_t kFormatVersion = 6;
+// 2: matvec biases; 3: short steps; 4: argmax split, tickets; 5: short-step waits; 6: max_tokens;
+// 7: float8 weights (DType::f8e4m3, MatvecPayload::weight_format)
+inline constexpr uint32_t kFormatVersion = 7;
 // The oldest version read: a version 4 file reads as version 5 with every instruction's short
 // waits equal to its waits (version 4's reserved word there, zero, becomes short_wait_count);
 // a version 4 or 5 file plans one token a step (max_tokens 1: its reserved word, zero, read as 1).
@@ -28,7 +29,12 @@ inline constexpr uint32_t kNone = 0xffffffffu;  // "no tensor" in a payload fiel
 inline constexpr uint32_t kMaxRank = 4;
 inline constexpr uint32_t kPayloadBytes = 96;
 
-enum class DType : uint8_t { bf16 = 0, f32 = 1, i32 = 2 };
+// f8e4m3: float8 weights (1 sign, 4 exponent bits of bias 7, 3 mantissa bits; no infinities, NaN
+// only S.1111.111: device/fp8.hpp), each with f32 scales in the tensor record right after its own
+// (a weight of role weight, dtype f32; its shape tells how it covers the weight: [1] the whole
+// tensor, [rows] a row each, [ceil(rows / 128), ceil(cols / 128)] a 128 x 128 block each). The
+// weight's value is float(e4m3) * scale.
+enum class DType : uint8_t { bf16 = 0, f32 = 1, i32 = 2, f8e4m3 = 3 };
 // A tensor record stores the shape of ONE token for activations and io tensors: they hold
 // max_tokens rows of it (the step's tokens, row-major; row r at r * elements()). kv_cache
 // tensors store the shape of ONE position of ONE sequence: the context length and the number

@@ -60,6 +60,7 @@ const char* dtype_name(DType d) {
     case DType::bf16: return "bf16";
     case DType::f32: return "f32";
     case DType::i32: return "i32";
+    case DType::f8e4m3: return "f8e4m3";
   }
   return "?";
 }
@@ -72,7 +73,11 @@ const char* role_name(Role r) {
   }
   return "?";
 }
-uint64_t dtype_bytes(DType d) { return d == DType::bf16 ? 2 : 4; }
+bool f8_scale_shape(const Tensor& w, const std::vector<uint32_t>& shape) {
+  const std::vector<uint32_t> block = {(w.shape[0] + 127) / 128, (w.shape[1] + 127) / 128};
+  return shape == std::vector<uint32_t>{1} || shape == std::vector<uint32_t>{w.shape[0]} || shape == block;
+}
+uint64_t dtype_bytes(DType d) { return d == DType::f8e4m3 ? 1 : d == DType::bf16 ? 2 : 4; }
 
 uint64_t fnv1a64(std::span<const uint8_t> bytes) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -220,7 +225,7 @@ Schedule deserialize(std::span<const uint8_t> bytes, const std::string& source) 
     t.name = string_at(r.name_offset, r.name_length, "tensor name", at);
     t.key = string_at(r.key_offset, r.key_length, "tensor key", at);
     if (r.role > static_cast<uint8_t>(Role::io)) fail(source, "offset ", at, ": tensor ", t.name, " has bad role ", +r.role);
-    if (r.dtype > static_cast<uint8_t>(DType::i32)) fail(source, "offset ", at, ": tensor ", t.name, " has bad dtype ", +r.dtype);
+    if (r.dtype > static_cast<uint8_t>(DType::f8e4m3)) fail(source, "offset ", at, ": tensor ", t.name, " has bad dtype ", +r.dtype);
     if (r.rank == 0 || r.rank > kMaxRank) fail(source, "offset ", at, ": tensor ", t.name, " has bad rank ", +r.rank);
     t.role = static_cast<Role>(r.role);
     t.dtype = static_cast<DType>(r.dtype);
@@ -282,6 +287,15 @@ void validate(const Schedule& s) {
   };
   io_tensor(s.logits_tensor, DType::f32, "logits");
   io_tensor(s.token_tensor, DType::i32, "token");
+  for (size_t i = 0; i < s.tensors.size(); ++i) {  // each float8 weight and its scales (format.hpp, DType)
+    const Tensor& w = s.tensors[i];
+    if (w.dtype != DType::f8e4m3) continue;
+    if (w.role != Role::weight || w.shape.size() != 2) bad("tensor ", w.name, " is f8e4m3 but not a 2-D weight");
+    const Tensor* sc = i + 1 < s.tensors.size() ? &s.tensors[i + 1] : nullptr;
+    if (!sc || sc->role != Role::weight || sc->dtype != DType::f32 || !f8_scale_shape(w, sc->shape))
+      bad("f8e4m3 weight ", w.name, " is not followed by its scales (an f32 weight of shape [1], [", w.shape[0], "] or [",
+          (w.shape[0] + 127) / 128, ", ", (w.shape[1] + 127) / 128, "])");
+  }
 
   // Each ticket's uses (payload_checks.hpp, TicketUse), checked together after the loop.
   struct Ticket {

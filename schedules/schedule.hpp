@@ -72,6 +72,9 @@ inline KvSplitPolicy kv_split_policy(const Schedule& s, KvSplitPolicy chosen) {
 const char* dtype_name(DType);
 const char* role_name(Role);
 uint64_t dtype_bytes(DType);
+// Whether `shape` is one that the scales of float8 weight w may have (format.hpp, DType): [1],
+// [rows] or [ceil(rows / 128), ceil(cols / 128)].
+bool f8_scale_shape(const Tensor& w, const std::vector<uint32_t>& shape);
 
 std::vector<uint8_t> serialize(const Schedule&);
 // Reads and fully validates; `source` names the file in error messages.

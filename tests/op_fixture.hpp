@@ -19,6 +19,7 @@ namespace mk::test::op {
 inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 inline constexpr uint16_t kBf16NaN = 0xffff;  // all-ones: NaN in bf16, as the runtime poisons
 inline constexpr int32_t kI32Poison = -0x5a5a5a5a;
+inline constexpr uint8_t kU8Poison = 0xff;  // NaN in float8 e4m3
 
 // Buffers addressed by tensor id, as op bodies see them. Each buffer sits between guard bands
 // of poison so that a write past either end is caught (guards_intact).
@@ -29,6 +30,7 @@ class Memory {
   uint32_t add_f32(const std::vector<float>& v) { return add(f32_, v, kNaN); }
   uint32_t add_bf16(const std::vector<uint16_t>& v) { return add(bf16_, v, kBf16NaN); }
   uint32_t add_i32(const std::vector<int32_t>& v) { return add(i32_, v, kI32Poison); }
+  uint32_t add_u8(const std::vector<uint8_t>& v) { return add(u8_, v, kU8Poison); }  // float8 weights
   uint32_t add_f32_poisoned(size_t n) { return add_f32(std::vector<float>(n, kNaN)); }
   uint32_t add_bf16_poisoned(size_t n) { return add_bf16(std::vector<uint16_t>(n, kBf16NaN)); }
 
@@ -40,7 +42,7 @@ class Memory {
 
   // Every guard element still holds its poison bit pattern.
   bool guards_intact() const {
-    return intact(f32_, kNaN) && intact(bf16_, kBf16NaN) && intact(i32_, kI32Poison);
+    return intact(f32_, kNaN) && intact(bf16_, kBf16NaN) && intact(i32_, kI32Poison) && intact(u8_, kU8Poison);
   }
 
  private:
@@ -83,6 +85,7 @@ class Memory {
   std::deque<Buffer<float>> f32_;
   std::deque<Buffer<uint16_t>> bf16_;
   std::deque<Buffer<int32_t>> i32_;
+  std::deque<Buffer<uint8_t>> u8_;
   std::vector<void*> bases_;
 };
 

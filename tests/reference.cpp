@@ -134,9 +134,28 @@ float silu(float z) { return float(double(z) / (1.0 + std::exp(-double(z)))); }
 
 namespace {
 
-// Loads one weight and checks it has the element count the config implies.
+// A float8 weight dequantized as published checkpoints define it: each e4m3 value times its
+// scale, the tensor "<key>_scale" (or "<key>_scale_inv", the name of the block-scaled format: a
+// multiplier all the same) of one value, one a row, or one a 128 x 128 block, told by its size.
+std::vector<float> dequantize(const device::Checkpoint& ckpt, const std::string& key, std::vector<float> w) {
+  const device::CheckpointTensor* t = ckpt.find(key);
+  const std::string scale_key = ckpt.find(key + "_scale") ? key + "_scale" : key + "_scale_inv";
+  const std::vector<float> scale = ckpt.to_float(scale_key);
+  if (t->shape.size() != 2) throw std::runtime_error("reference: float8 " + key + " is not 2-D");
+  const size_t rows = t->shape[0], cols = t->shape[1], blocks_across = (cols + 127) / 128;
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) {
+      const size_t i = scale.size() == 1 ? 0 : scale.size() == rows ? r : r / 128 * blocks_across + c / 128;
+      if (i >= scale.size()) throw std::runtime_error("reference: " + scale_key + " has too few scales");
+      w[r * cols + c] = float(double(w[r * cols + c]) * scale[i]);
+    }
+  return w;
+}
+
+// Loads one weight (float8 dequantized) and checks it has the element count the config implies.
 std::vector<float> load(const device::Checkpoint& ckpt, const std::string& key, size_t expected) {
   std::vector<float> w = ckpt.to_float(key);
+  if (const device::CheckpointTensor* t = ckpt.find(key); t && t->stored_dtype == "F8_E4M3") w = dequantize(ckpt, key, std::move(w));
   if (w.size() != expected)
     throw std::runtime_error("reference: " + key + " has " + std::to_string(w.size()) +
                              " elements, expected " + std::to_string(expected));

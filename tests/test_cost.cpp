@@ -62,11 +62,11 @@ TEST_CASE("cost model: a matvec costs its input read and its weights at one SM's
   MatvecPayload p{};
   p.cols = 2048;
   p.row_begin = 100, p.row_end = 116;
-  p.act = static_cast<uint32_t>(MatvecAct::none);
+  p.act = static_cast<uint16_t>(MatvecAct::none);
   const StepContext step = cost_step(KvSplitPolicy{0, 0}, 512);
   const double plain = cost_us(p, m, step);
   CHECK(plain == doctest::Approx(m.task_us + 2048 * 4.0 / m.input_bytes_per_us + 16 * 2048 * 2.0 / m.stream_bytes_per_us));
-  p.act = static_cast<uint32_t>(MatvecAct::silu_mul);  // gate and up: twice the weights
+  p.act = static_cast<uint16_t>(MatvecAct::silu_mul);  // gate and up: twice the weights
   CHECK(cost_us(p, m, step) - plain == doctest::Approx(16 * 2048 * 2.0 / m.stream_bytes_per_us));
 }
 

@@ -359,10 +359,10 @@ TEST_CASE("dsl error: unknown key in a weight") {
   check_error(R"(model: m
 config: {}
 weights:
-  w: {key: a, shape: [1], dtype: bf16}
+  w: {key: a, shape: [1], dtyp: bf16}
 ops: []
 )",
-              4, 27, "unknown key 'dtype' in weight 'w'; expected one of key, shape");
+              4, 27, "unknown key 'dtyp' in weight 'w'; expected one of key, shape, dtype, scale");
 }
 
 TEST_CASE("dsl error: weight without a key") {

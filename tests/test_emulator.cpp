@@ -28,6 +28,7 @@
 #include "dsl/model.hpp"
 #include "planner/plan.hpp"
 #include "schedules/schedule.hpp"
+#include "tests/float8_model.hpp"
 #include "tests/reference.hpp"
 
 namespace {
@@ -63,8 +64,9 @@ struct Fixture {
   TempDir dir;
   Checkpoint ckpt;
 
-  Fixture(const std::string& name, uint32_t sms, Policy policy, uint64_t seed)
-      : model(load_model(name)), schedule(plan_schedule(model, sms, policy)), ckpt(open(schedule, dir.path, seed)) {}
+  Fixture(const std::string& name, uint32_t sms, Policy policy, uint64_t seed) : Fixture(load_model(name), sms, policy, seed) {}
+  Fixture(mk::dsl::ModelGraph m, uint32_t sms, Policy policy, uint64_t seed)
+      : model(std::move(m)), schedule(plan_schedule(model, sms, policy)), ckpt(open(schedule, dir.path, seed)) {}
 
   static Checkpoint open(const Schedule& s, const fs::path& dir, uint64_t seed) {
     mk::device::write_random_checkpoint(s, dir, seed);
@@ -252,6 +254,31 @@ TEST_CASE("emulator: matches the reference forward pass (teacher forcing, greedy
         REQUIRE(r.tokens.size() == 16);
         compare_with_reference(f, prompt, r, 1e-4);
       }
+}
+
+TEST_CASE("emulator: float8 projections of each scale layout match the reference dequantizing the checkpoint") {
+  uint64_t seed = 0xf8000;
+  for (const char* name : {"tiny-llama", "tiny-qwen3"})
+    for (const char* layout : {"tensor", "row", "block128"}) {
+      ++seed;
+      CAPTURE(name);
+      CAPTURE(layout);
+      const std::string file = (fs::path(MK_SOURCE_DIR) / "examples" / (std::string(name) + ".yaml")).string();
+      Fixture f(mk::dsl::parse_string(mk::test::yaml_with_float8(file, layout), name), 5, Policy::critical_path, seed);
+      // The checkpoint holds float8 projections with scales of the layout, and bf16 elsewhere.
+      const mk::device::CheckpointTensor* wq = f.ckpt.find("model.layers.1.self_attn.q_proj.weight");
+      REQUIRE(wq);
+      CHECK(wq->stored_dtype == "F8_E4M3");
+      CHECK(f.ckpt.find("model.layers.1.self_attn.q_proj.weight_scale")->shape.size() == (std::string(layout) == "block128" ? 2 : 1));
+      CHECK(f.ckpt.find("model.layers.1.input_layernorm.weight")->stored_dtype == "BF16");
+      std::mt19937 rng(static_cast<uint32_t>(seed));
+      const std::vector<int32_t> prompt = random_prompt(4, f.vocab(), rng);
+      RuntimeOptions opt;
+      opt.max_context = 32;
+      const mk::device::GenerateResult r = run_generate(f, opt, prompt, 12);
+      REQUIRE(r.tokens.size() == 12);
+      compare_with_reference(f, prompt, r, 1e-4);
+    }
 }
 
 TEST_CASE("emulator: every number of active KV splits matches the reference (short steps, some splits, all)") {

@@ -371,3 +371,67 @@ TEST_CASE("model errors: a kv_split_positions or short_positions that is not a w
                           {"config " + key + " is '" + std::string(bad) + "'", "a whole number of positions"});
     }
 }
+
+TEST_CASE("model errors: float8 weights plan, count one byte an element, and are refused where an op reads bf16") {
+  const std::string f8 = R"(, dtype: f8e4m3, scale: {key: "l{layer}.wq_scale", layout: row}})";
+  auto line26 = [&](const std::string& tail) {
+    return R"(        wq{layer}: {key: "l{layer}.wq", shape: [heads*head_dim, hidden])" + tail;
+  };
+  SUBCASE("the three q, k, v weights of one matvec float8 alike: planned, the scales the tensor after each") {
+    std::vector<std::string> lines = with_line(26, line26(f8));
+    lines[26] = R"(        wk{layer}: {key: "l{layer}.wk", shape: [kv_heads*head_dim, hidden], dtype: f8e4m3, scale: {key: "l{layer}.wk_scale", layout: row}})";
+    lines[27] = R"(        wv{layer}: {key: "l{layer}.wv", shape: [kv_heads*head_dim, hidden], dtype: f8e4m3, scale: {key: "l{layer}.wv_scale", layout: row}})";
+    const mk::dsl::ModelGraph model = mk::dsl::parse_string(join(lines), "f8.yaml");
+    mk::planner::PlanOptions options;
+    options.sm_count = 4;
+    const mk::planner::Plan p = mk::planner::plan(model, options);
+    const mk::schedule::Schedule& s = p.schedule;
+    const uint32_t wq = s.tensor_id("wq0");
+    REQUIRE(wq != mk::schedule::kNone);
+    CHECK(s.tensors[wq].dtype == mk::schedule::DType::f8e4m3);
+    CHECK(s.tensors[wq + 1].name == "wq0.scale");
+    CHECK(s.tensors[wq + 1].key == "l0.wq_scale");
+    CHECK(s.tensors[wq + 1].dtype == mk::schedule::DType::f32);
+    CHECK(s.tensors[wq + 1].shape == std::vector<uint32_t>{64});
+    // The qkv tasks stream half the bytes of the bf16 model's.
+    const mk::planner::Plan bf16 = mk::planner::plan(mk::dsl::parse_string(join(kBase), "bad.yaml"), options);
+    double f8_bytes = 0, bf16_bytes = 0;
+    for (const mk::planner::Task& t : p.tasks)
+      if (t.spec.inst.opcode == uint16_t(mk::schedule::Opcode::matvec) && p.program.ops[t.op].name == "qkv0") f8_bytes += mk::planner::task_bytes(t);
+    for (const mk::planner::Task& t : bf16.tasks)
+      if (t.spec.inst.opcode == uint16_t(mk::schedule::Opcode::matvec) && bf16.program.ops[t.op].name == "qkv0") bf16_bytes += mk::planner::task_bytes(t);
+    CHECK(bf16_bytes == 2 * f8_bytes);
+    CHECK(f8_bytes == 128.0 * 64);
+  }
+  SUBCASE("one float8 weight beside bf16 ones in one matvec") {
+    check_planner_error(with_line(26, line26(f8)), 38, 74, {"'wk0' and 'wq0' differ in dtype or scale layout"});
+  }
+  SUBCASE("a float8 table for the embed op") {
+    std::vector<std::string> lines = with_line(14, R"(  embed: {key: model.embed_tokens.weight, shape: [vocab, hidden], dtype: f8e4m3, scale: {key: s, layout: tensor}})");
+    check_planner_error(lines, 20, 24, {"'embed' is an f8e4m3 weight", "op 'embed' reads its 'table' in bf16"});
+  }
+  SUBCASE("a float8 norm weight (1-D)") {
+    check_planner_error(with_line(25, R"(        attn_norm{layer}: {key: "l{layer}.attn_norm", shape: [hidden], dtype: f8e4m3, scale: {key: s, layout: tensor}})"),
+                        25, 9, {"f8e4m3 weight 'attn_norm0' must be 2-D"});
+  }
+}
+
+TEST_CASE("model errors: the YAML of a float8 weight is checked where it is written") {
+  auto parse_error = [](const std::string& line26) {
+    try {
+      mk::dsl::parse_string(join(with_line(26, line26)), "bad.yaml");
+    } catch (const mk::dsl::Error& e) {
+      CHECK(e.where.line == 26);
+      return e.message;
+    }
+    FAIL("parsed");
+    return std::string();
+  };
+  const std::string head = R"(        wq{layer}: {key: "l{layer}.wq", shape: [heads*head_dim, hidden])";
+  CHECK(parse_error(head + ", dtype: f8e5m2}").find("unknown weight dtype 'f8e5m2'; expected bf16 or f8e4m3") != std::string::npos);
+  CHECK(parse_error(head + ", dtype: f8e4m3}").find("needs 'scale: {key: ..., layout: tensor, row or block128}'") != std::string::npos);
+  CHECK(parse_error(head + ", scale: {key: s, layout: row}}").find("'scale' is for f8e4m3 weights; this one is bf16") != std::string::npos);
+  CHECK(parse_error(head + ", dtype: f8e4m3, scale: {key: s, layout: column}}").find("unknown scale layout 'column'") != std::string::npos);
+  CHECK(parse_error(head + ", dtype: f8e4m3, scale: {layout: row}}").find("missing 'key'") != std::string::npos);
+  CHECK(parse_error(head + ", dtype: f8e4m3, scale: {key: s, layout: row, block: 64}}").find("unknown key 'block'") != std::string::npos);
+}

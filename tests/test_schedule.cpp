@@ -645,13 +645,22 @@ TEST_CASE("schedule validator: waits, signals, queues and the tensor table") {
     s.ops[3].opcode = static_cast<Opcode>(200);
     CHECK(contains(validator_refusal(s), "op " + s.ops[3].name + " has unknown opcode"));
   }
+  SUBCASE("a float8 weight not followed by its scales") {
+    Schedule s = good;
+    mk::schedule::Tensor* w = nullptr;
+    for (mk::schedule::Tensor& t : s.tensors)
+      if (!w && t.role == mk::schedule::Role::weight && t.shape.size() == 2) w = &t;
+    REQUIRE(w);
+    w->dtype = mk::schedule::DType::f8e4m3;
+    CHECK(contains(validator_refusal(s), "f8e4m3 weight " + w->name + " is not followed by its scales"));
+  }
   SUBCASE("a tensor with a bad role, dtype, rank or dimension") {
     Schedule s = good;
     s.tensors[1].role = static_cast<mk::schedule::Role>(9);
     CHECK(contains(validator_refusal(s), "tensor " + s.tensors[1].name + " has bad role 9"));
     s = good;
-    s.tensors[1].dtype = static_cast<mk::schedule::DType>(3);
-    CHECK(contains(validator_refusal(s), "has bad dtype 3"));
+    s.tensors[1].dtype = static_cast<mk::schedule::DType>(4);
+    CHECK(contains(validator_refusal(s), "has bad dtype 4"));
     s = good;
     s.tensors[1].shape.clear();
     CHECK(contains(validator_refusal(s), "has bad rank 0"));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "device/bf16.hpp"
+#include "device/fp8.hpp"
 #include "device/weights.hpp"
 #include "schedules/schedule.hpp"
 
@@ -458,4 +459,120 @@ TEST_CASE("weights: write_safetensors rejects inconsistent input") {
   CHECK_THROWS_WITH_AS(mk::device::write_safetensors(file, {NewTensor{"a", {1}, {1}}, NewTensor{"a", {1}, {2}}}),
                        doctest::Contains("given twice"), WeightError);
   CHECK_FALSE(fs::exists(file));
+}
+
+TEST_CASE("weights: float8 weights and their scales are checked as the schedule declares them") {
+  TempDir dir;
+  mk::schedule::Schedule s;
+  s.tensors.push_back(weight("wq", "q.weight", {4, 16}));
+  s.tensors.back().dtype = mk::schedule::DType::f8e4m3;
+  s.tensors.push_back(weight("wq.scale", "q.weight_scale", {4}));
+  s.tensors.back().dtype = mk::schedule::DType::f32;
+  const fs::path file = dir.path / "model.safetensors";
+  std::vector<uint8_t> q(64);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<uint8_t>(i * 7 % 0x7f);  // finite: never S.1111.111
+  const std::vector<uint8_t> scales = {0, 0, 0x80, 0x3f, 0, 0, 0, 0x40, 0, 0, 0x40, 0x40, 0, 0, 0x80, 0x40};  // 1, 2, 3, 4
+  auto write = [&](const std::string& qdtype, const std::vector<uint8_t>& qbytes, const std::string& sdtype,
+                   const std::string& sshape, const std::vector<uint8_t>& sbytes) {
+    write_bytes(file, safetensors_bytes(R"({"q.weight":{"dtype":")" + qdtype + R"(","shape":[4,16],"data_offsets":[0,64]},)" +
+                                            R"("q.weight_scale":{"dtype":")" + sdtype + R"(","shape":)" + sshape +
+                                            R"(,"data_offsets":[64,)" + std::to_string(64 + sbytes.size()) + "]}}",
+                                        [&] {
+                                          std::vector<uint8_t> d = qbytes;
+                                          d.insert(d.end(), sbytes.begin(), sbytes.end());
+                                          return d;
+                                        }()));
+  };
+  auto error_of = [&] {
+    const Checkpoint c = Checkpoint::open(file);
+    try {
+      mk::device::check_weights(s, c);
+    } catch (const WeightError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  SUBCASE("F8_E4M3 with F32 scales of [rows] or [rows, 1]: accepted, read as stored and as floats") {
+    for (const char* shape : {"[4]", "[4,1]"}) {
+      write("F8_E4M3", q, "F32", shape, scales);
+      CHECK(error_of() == "");
+      const Checkpoint c = Checkpoint::open(file);
+      const auto bytes = c.data("q.weight", mk::schedule::DType::f8e4m3);
+      CHECK(std::vector<uint8_t>(bytes.begin(), bytes.end()) == q);
+      const auto sb = c.data("q.weight_scale", mk::schedule::DType::f32);
+      REQUIRE(sb.size() == 16);
+      float f[4];
+      std::memcpy(f, sb.data(), 16);
+      CHECK(f[0] == 1.0f);
+      CHECK(f[3] == 4.0f);
+      CHECK(c.to_float("q.weight")[9] == mk::device::f8e4m3_to_f32(q[9]));
+    }
+  }
+  SUBCASE("BF16 scales are read as floats") {
+    write("F8_E4M3", q, "BF16", "[4]", {0x80, 0x3f, 0, 0x40, 0x40, 0x40, 0x80, 0x40});
+    CHECK(error_of() == "");
+    const Checkpoint c = Checkpoint::open(file);
+    const auto sb = c.data("q.weight_scale", mk::schedule::DType::f32);
+    float f[4];
+    std::memcpy(f, sb.data(), 16);
+    CHECK(f[2] == 3.0f);
+  }
+  SUBCASE("a float8 NaN byte is refused, naming the element") {
+    std::vector<uint8_t> bad = q;
+    bad[37] = 0xff;
+    write("F8_E4M3", bad, "F32", "[4]", scales);
+    check_contains(error_of(), "key 'q.weight': element 37 is a float8 NaN (byte 0xff)");
+    bad[37] = 0x7f;
+    write("F8_E4M3", bad, "F32", "[4]", scales);
+    check_contains(error_of(), "element 37 is a float8 NaN (byte 0x7f)");
+  }
+  SUBCASE("e5m2 weights are refused as such") {
+    write("F8_E5M2", q, "F32", "[4]", scales);
+    check_contains(error_of(), "is F8_E5M2 [4, 16], expected F8_E4M3 [4, 16] (e5m2 weights are not supported: e4m3 only)");
+  }
+  SUBCASE("bf16 bytes where float8 ones are declared") {
+    write_bytes(file, safetensors_bytes(R"({"q.weight":{"dtype":"BF16","shape":[4,16],"data_offsets":[0,128]},)"
+                                        R"("q.weight_scale":{"dtype":"F32","shape":[4],"data_offsets":[128,144]}})",
+                                        filler(144)));
+    check_contains(error_of(), "is BF16 [4, 16], expected F8_E4M3 [4, 16]");
+  }
+  SUBCASE("a scale that is not finite, or of the wrong count") {
+    std::vector<uint8_t> inf = scales;
+    inf[14] = 0x80, inf[15] = 0x7f;  // +inf
+    write("F8_E4M3", q, "F32", "[4]", inf);
+    check_contains(error_of(), "key 'q.weight_scale': scale 3 is inf; scales must be finite");
+    write("F8_E4M3", q, "F32", "[2,2]", scales);
+    check_contains(error_of(), "is F32 [2, 2], expected F32 [4]");
+  }
+}
+
+TEST_CASE("weights: a random float8 checkpoint spans e4m3's range under scales of each layout") {
+  for (const std::vector<uint32_t>& scale_shape : {std::vector<uint32_t>{1}, {200}, {2, 3}}) {
+    CAPTURE(scale_shape.size());
+    mk::schedule::Schedule s;
+    s.tensors.push_back(weight("w", "w.weight", {200, 272}));
+    s.tensors.back().dtype = mk::schedule::DType::f8e4m3;
+    s.tensors.push_back(weight("w.scale", "w.weight_scale", scale_shape));
+    s.tensors.back().dtype = mk::schedule::DType::f32;
+    TempDir dir;
+    mk::device::write_random_checkpoint(s, dir.path, 7);
+    const Checkpoint c = Checkpoint::open(dir.path);
+    CHECK_NOTHROW(mk::device::check_weights(s, c));
+    CHECK(c.find("w.weight")->stored_dtype == "F8_E4M3");
+    CHECK(c.find("w.weight_scale")->stored_dtype == "F32");
+    const std::vector<float> q = c.to_float("w.weight"), sc = c.to_float("w.weight_scale");
+    REQUIRE(sc.size() == s.tensors[1].elements());
+    // Each scale's largest value is e4m3's largest, 448; the dequantized matrix has std ~ 1/sqrt(cols).
+    std::vector<float> amax(sc.size(), 0.0f);
+    double sq = 0;
+    for (uint32_t r = 0; r < 200; ++r)
+      for (uint32_t k = 0; k < 272; ++k) {
+        const size_t i = sc.size() == 1 ? 0 : sc.size() == 200 ? r : r / 128 * 3 + k / 128;
+        amax[i] = std::max(amax[i], std::fabs(q[size_t{r} * 272 + k]));
+        sq += double(q[size_t{r} * 272 + k]) * sc[i] * q[size_t{r} * 272 + k] * sc[i];
+      }
+    for (float m : amax) CHECK(m == 448.0f);
+    const double std_dev = std::sqrt(sq / (200.0 * 272));
+    CHECK(std_dev == doctest::Approx(1 / std::sqrt(272.0)).epsilon(0.05));
+  }
 }

@@ -31,8 +31,8 @@ class CudaBackend : public Backend {
     check_weights(s, ckpt);  // before anything is uploaded
     for (uint32_t i = 0; i < s.tensors.size(); ++i)
       if (s.tensors[i].role == schedule::Role::weight) {
-        const CheckpointTensor* t = ckpt.find(s.tensors[i].key);
-        exec_.upload(i, t->bytes.data(), t->bytes.size());
+        const std::span<const uint8_t> bytes = ckpt.data(s.tensors[i].key, s.tensors[i].dtype);
+        exec_.upload(i, bytes.data(), bytes.size());
       }
   }
 

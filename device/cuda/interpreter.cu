@@ -484,13 +484,25 @@ std::vector<TraceEvent> CudaExecutor::read_trace() const {
 
 void CudaExecutor::fill_random(uint32_t tensor, uint32_t seed, float scale) {
   const schedule::Tensor& t = st_->s->tensors.at(tensor);
-  const bool bf16 = t.dtype == schedule::DType::bf16;
-  if (!bf16 && t.dtype != schedule::DType::f32) throw CudaError("fill_random: " + t.name + " is not a float tensor");
+  if (t.dtype == schedule::DType::i32) throw CudaError("fill_random: " + t.name + " is not a float tensor");
   if (st_->layouts[tensor]) throw CudaError("fill_random: " + t.name + " is a tagged activation; upload it instead");
-  fill_random_kernel<<<1024, 256, 0, st_->stream>>>(st_->buffers[tensor], st_->sizes[tensor] / (bf16 ? 2 : 4), bf16, seed,
-                                                    scale);
+  fill_random_kernel<<<1024, 256, 0, st_->stream>>>(st_->buffers[tensor], st_->sizes[tensor] / schedule::dtype_bytes(t.dtype),
+                                                    t.dtype, seed, scale);
   check(cudaGetLastError(), "fill_random");
   check(cudaStreamSynchronize(st_->stream), "fill_random");
+}
+
+void CudaExecutor::fill_random_weights(uint32_t seed) {
+  const std::vector<schedule::Tensor>& ts = st_->s->tensors;
+  for (uint32_t t = 0; t < ts.size(); ++t) {
+    if (ts[t].role != schedule::Role::weight) continue;
+    const bool scales = t > 0 && ts[t - 1].dtype == schedule::DType::f8e4m3;
+    const float matrix = 1.0f / std::sqrt(float(ts[scales ? t - 1 : t].shape.back()));
+    fill_random(t, seed + t, ts[t].dtype == schedule::DType::f8e4m3 ? 64.0f
+                             : scales                                ? matrix / 64.0f
+                             : ts[t].shape.size() == 1               ? 0.1f
+                                                                     : matrix);
+  }
 }
 
 void CudaExecutor::step(int32_t token, uint32_t pos) {

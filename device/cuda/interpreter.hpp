@@ -97,9 +97,12 @@ class CudaExecutor {
   float timed_steps(int32_t token, uint32_t pos, uint32_t count);
   // The run as one launch (launch()), timed with device events: milliseconds in all.
   float timed_run(const StepRun&);
-  // Fills a tensor with deterministic pseudo-random values (bf16 or f32, std about `scale`),
-  // for benchmarks that need no checkpoint.
+  // Fills a tensor with deterministic pseudo-random values (bf16, f8e4m3 or f32, std about
+  // `scale`), for benchmarks that need no checkpoint.
   void fill_random(uint32_t tensor, uint32_t seed, float scale);
+  // Every weight so: norms (1-D) about 0.1, matrices of std 1/sqrt(cols); float8 ones of std 64
+  // (over e4m3's range), their scales about 1 / (64 sqrt(cols)). Seeds from `seed`.
+  void fill_random_weights(uint32_t seed);
 
   // Tracing: when on, every launch records each instruction's times (device/trace.hpp).
   void enable_trace(bool on);

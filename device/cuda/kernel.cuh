@@ -11,6 +11,7 @@
 
 #include "device/bf16.hpp"
 #include "device/cuda/block.cuh"
+#include "device/fp8.hpp"
 #include "device/cuda/handoff.cuh"
 #include "device/cuda/queues.hpp"
 #include "device/cuda/ring.cuh"
@@ -345,14 +346,15 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const __g
   }
 }
 
-__global__ void fill_random_kernel(void* data, uint64_t n, bool bf16, uint32_t seed, float scale) {
+__global__ void fill_random_kernel(void* data, uint64_t n, schedule::DType dtype, uint32_t seed, float scale) {
   for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x) {
     uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed * 2246822519u ^ static_cast<uint32_t>(i >> 32);
     h ^= h >> 15;
     h *= 2246822519u;
     h ^= h >> 13;
     const float v = (static_cast<float>(h & 0xffffff) / 16777216.0f - 0.5f) * 3.4641f * scale;  // uniform, std = scale
-    if (bf16) static_cast<uint16_t*>(data)[i] = f32_to_bf16(v);
+    if (dtype == schedule::DType::bf16) static_cast<uint16_t*>(data)[i] = f32_to_bf16(v);
+    else if (dtype == schedule::DType::f8e4m3) static_cast<uint8_t*>(data)[i] = f32_to_f8e4m3(v);
     else static_cast<float*>(data)[i] = v;
   }
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "device/bf16.hpp"
+#include "device/fp8.hpp"
 #include "device/cuda/block.cuh"
 #include "device/cuda/handoff.cuh"
 #include "device/cuda/ring.cuh"
@@ -39,9 +40,9 @@ void gpu_activations(const schedule::MatvecPayload& p, F&& f) {
 // A tile's row group j / blocks is magic_divide(j, magic): a multiply-high where a division is
 // ~20 instructions, for every tile, in the producer and the consumers (docs/notes.md 113-114);
 // gpu_prepare checks that it is exact for every tile of the task. block, blocks and per share a
-// word, so that the geometry fits the 20 spare bytes: block (12 bits; 0 where blocks is 1, whose
-// tiles are whole rows), blocks (12) and per (8: at most 255 rows a tile, which only rows of
-// fewer than 33 columns would exceed).
+// word, so that the geometry fits the 20 spare bytes: block / 8 (12 bits; 0 where blocks is 1,
+// whose tiles are whole rows), blocks (12) and per (8: at most 255 rows a tile, which only rows
+// of fewer than 33 columns would exceed).
 struct MatvecGeometry {
   uint32_t tiles[3];  // per weight segment (MatvecTiles::Segment)
   uint32_t magic;     // 0 where blocks is 1
@@ -70,13 +71,14 @@ MK_HD inline MatvecSegment matvec_segment(const schedule::MatvecPayload& p, uint
 // input and the task's accumulators in shared memory, which the executor checks first: some 58000
 // columns and 29000 rows), far inside both, and checked here all the same, in case that changes.
 inline void gpu_prepare(const schedule::MatvecPayload& p, unsigned char* spare) {
-  constexpr uint32_t kMaxBlock = kStageBytes / 8;  // columns of a cut row's block: four rows per tile
-  const uint32_t cut = p.cols * 2 * 2 <= kStageBytes ? 1 : (p.cols + kMaxBlock - 1) / kMaxBlock;
-  const uint32_t block = (p.cols / cut + 7) / 8 * 8;  // near-equal blocks, whole 16-byte chunks
-  const uint32_t blocks = (p.cols + block - 1) / block, per = std::min(kStageBytes / (block * 2), 255u);
+  const uint32_t eb = schedule::matvec_fp8(p) ? 1 : 2, chunk = 16 / eb;  // bytes an element; columns a 16-byte chunk
+  const uint32_t max_block = kStageBytes / (4 * eb);  // columns of a cut row's block: four rows per tile
+  const uint32_t cut = p.cols * eb * 2 <= kStageBytes ? 1 : (p.cols + max_block - 1) / max_block;
+  const uint32_t block = (p.cols / cut + chunk - 1) / chunk * chunk;  // near-equal blocks, whole 16-byte chunks
+  const uint32_t blocks = (p.cols + block - 1) / block, per = std::min(kStageBytes / (block * eb), 255u);
   if (blocks >= 1u << 12)
     throw std::runtime_error("a matvec of " + std::to_string(p.cols) + " columns is wider than the CUDA interpreter's tiles");
-  MatvecGeometry g{{0, 0, 0}, 0, (blocks > 1 ? block : 0) | blocks << 12 | per << 24};
+  MatvecGeometry g{{0, 0, 0}, 0, (blocks > 1 ? block / 8 : 0) | blocks << 12 | per << 24};
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
   uint64_t tiles = 0;
   for (uint32_t i = 0, first = 0; i < 3; ++i) {
@@ -112,12 +114,13 @@ __device__ inline const MatvecGeometry& matvec_geometry(const schedule::MatvecPa
 // tiles, and are only ever indexed by constants: a run-time index would put them in local memory.
 struct MatvecTiles {
   struct Segment {
-    const uint16_t* weight;  // at the segment's first row
+    const unsigned char* weight;  // at the segment's first row
     uint32_t rows, acc_row, tiles;
   };
   Segment seg[3];
   uint32_t cols, block, blocks, per;  // columns per tile, tiles per row group, rows per tile
   uint32_t magic;  // MatvecGeometry's
+  uint32_t eb;     // bytes an element: 2 (bf16) or 1 (f8e4m3)
 
   __device__ uint32_t count() const { return seg[0].tiles + seg[1].tiles + seg[2].tiles; }
 
@@ -129,8 +132,8 @@ struct MatvecTiles {
     for (uint32_t i = 0; i < 3; ++i) {
       const Segment s = i == 0 ? seg[0] : i == 1 ? seg[1] : seg[2];  // selects: seg stays in registers
       const uint32_t step = blocks == 1 ? cols : block;
-      const uint16_t* src = s.weight;
-      for (uint32_t r = 0; r < s.rows; r += per, src += per * cols) {
+      const unsigned char* src = s.weight;
+      for (uint32_t r = 0; r < s.rows; r += per, src += per * cols * eb) {
         const uint32_t rows = min(per, s.rows - r);
         for (uint32_t c = 0; c < cols; c += step)
           if (!f(tile(s, src, r, rows, c, min(step, cols - c)))) return false;
@@ -150,7 +153,7 @@ struct MatvecTiles {
       }
     }
     const uint32_t g = blocks == 1 ? j : magic_divide(j, magic), r = g * per, rows = min(per, s.rows - r);
-    const uint16_t* src = s.weight + uint64_t{r} * cols;
+    const unsigned char* src = s.weight + uint64_t{r} * cols * eb;
     if (blocks == 1) return tile(s, src, r, rows, 0, cols);  // a copy per row
     const uint32_t c = (j - g * blocks) * block;
     return tile(s, src, r, rows, c, min(block, cols - c));
@@ -158,9 +161,11 @@ struct MatvecTiles {
 
   // Columns c to c + n of the `rows` rows of segment s from row r (src: the weight at row r), as
   // at and walk give them: a copy per row (piece) of n columns.
-  __device__ __forceinline__ WeightTile tile(const Segment& s, const uint16_t* src, uint32_t r, uint32_t rows, uint32_t c,
+  // (The ring counts in bf16 elements: a float8 row's stride in them is half its columns.)
+  __device__ __forceinline__ WeightTile tile(const Segment& s, const unsigned char* src, uint32_t r, uint32_t rows, uint32_t c,
                                              uint32_t n) const {
-    return WeightTile{src + c, n * 2, s.acc_row + r, rows, c, n, nullptr, 0, rows, cols};
+    return WeightTile{reinterpret_cast<const uint16_t*>(src + c * eb), n * eb, s.acc_row + r, rows, c, n, nullptr, 0, rows,
+                      cols * eb / 2};
   }
 };
 
@@ -169,7 +174,8 @@ __device__ inline MatvecTiles matvec_tiles(const schedule::MatvecPayload& p, con
   const MatvecGeometry& g = matvec_geometry(p);
   MatvecTiles t;
   t.cols = p.cols;
-  t.block = g.shape & 0xfff;
+  t.eb = schedule::matvec_fp8(p) ? 1 : 2;
+  t.block = (g.shape & 0xfff) * 8;
   t.blocks = g.shape >> 12 & 0xfff;
   t.per = g.shape >> 24;
   t.magic = g.magic;
@@ -179,7 +185,8 @@ __device__ inline MatvecTiles matvec_tiles(const schedule::MatvecPayload& p, con
 #pragma unroll
   for (uint32_t i = 0; i < 3; ++i) {
     const MatvecSegment seg = matvec_segment(p, i, first);
-    t.seg[i].weight = seg.n ? mem.at<const uint16_t>(p.weight[i]) + uint64_t{silu ? seg.a : seg.a - first} * p.cols : nullptr;
+    t.seg[i].weight = seg.n ? mem.at<const unsigned char>(p.weight[i]) + uint64_t{silu ? seg.a : seg.a - first} * p.cols * t.eb
+                            : nullptr;
     t.seg[i].rows = seg.n;
     t.seg[i].acc_row = silu ? i * rows : seg.a - p.row_begin;
     t.seg[i].tiles = g.tiles[i];
@@ -273,6 +280,70 @@ __device__ __forceinline__ void consume_tile(const WeightTile& t, const uint16_t
   }
 }
 
+// Float8 weights, how the body applies their scales: kF8None (bf16 weights), kF8Late (a scale a
+// row or one for the tensor: to each row's finished sum) or kF8Block (a scale a 128 x 128 block:
+// to each lane chunk's sum of products, as the chunk's block).
+enum F8Scales : uint32_t { kF8None = 0, kF8Late = 1, kF8Block = 2 };
+
+// The scales of the task's accumulator row `acc_row` (silu_mul: gate's rows, then up's): where
+// that weight row's are in its scale tensor (the tensor after the weight: format.hpp).
+__device__ inline const float* scale_row(const schedule::MatvecPayload& p, const TensorTable& mem, uint32_t acc_row) {
+  const uint32_t rows = p.row_end - p.row_begin;
+  uint32_t w = 0, row = p.row_begin + acc_row;
+  if (p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul)) {
+    if (acc_row >= rows) w = 1, row -= rows;
+  } else {
+    uint32_t first = 0;
+    while (row >= p.weight_row_end[w]) first = p.weight_row_end[w++];
+    row -= first;
+  }
+  return mem.at<const float>(p.weight[w] + 1) + schedule::matvec_scale_index(p, row, 0);
+}
+
+// dot_rows for float8 rows: 8 columns (8 bytes) a lane chunk, so x is read as for bf16; with
+// kF8Block each chunk's sum times the scale of its 128-column block (c0: the tile's first chunk).
+template <uint32_t NR, uint32_t kF8>
+__device__ __forceinline__ void dot_rows_f8(const uint2* row, uint32_t n8, const float4* xlo, const float4* xhi, uint32_t first,
+                                            uint32_t step, uint32_t c0, const float* const (&srow)[4], float (&a)[4]) {
+#pragma unroll 2
+  for (uint32_t c = first; c < n8; c += step) {
+    uint2 w[NR];
+#pragma unroll
+    for (uint32_t r = 0; r < NR; ++r) w[r] = row[r * n8 + c];
+    const float4 xa = xlo[c], xb = xhi[c];
+#pragma unroll
+    for (uint32_t r = 0; r < NR; ++r) {
+      const float d = dot8_f8(w[r], xa, xb);
+      a[r] = kF8 == kF8Block ? fmaf(d, __ldg(srow[r] + ((c0 + c) >> 4)), a[r]) : a[r] + d;
+    }
+  }
+}
+
+// consume_tile for float8 weights.
+template <uint32_t kF8>
+__device__ __forceinline__ void consume_tile_f8(const WeightTile& t, const unsigned char* w, const float4* xlo, const float4* xhi,
+                                                float* acc, const schedule::MatvecPayload& p, const TensorTable& mem) {
+  const uint32_t lane = threadIdx.x % 32, n8 = t.cols / 8, c0 = t.col0 / 8, first = lane, step = 32;
+  const uint2* tile = reinterpret_cast<const uint2*>(w);
+  for (uint32_t r0 = 0; r0 < t.rows; r0 += 4) {
+    const uint32_t nr = min(4u, t.rows - r0);
+    const uint2* row = tile + r0 * n8;
+    const float* srow[4] = {nullptr, nullptr, nullptr, nullptr};
+    if (kF8 == kF8Block)
+#pragma unroll
+      for (uint32_t k = 0; k < 4; ++k) srow[k] = k < nr ? scale_row(p, mem, t.acc_row + r0 + k) : nullptr;
+    float a[4] = {0, 0, 0, 0};
+    switch (nr) {
+      case 4: dot_rows_f8<4, kF8>(row, n8, xlo + c0, xhi + c0, first, step, c0, srow, a); break;
+      case 3: dot_rows_f8<3, kF8>(row, n8, xlo + c0, xhi + c0, first, step, c0, srow, a); break;
+      case 2: dot_rows_f8<2, kF8>(row, n8, xlo + c0, xhi + c0, first, step, c0, srow, a); break;
+      default: dot_rows_f8<1, kF8>(row, n8, xlo + c0, xhi + c0, first, step, c0, srow, a); break;
+    }
+    const float s = warp_sum4(a[0], a[1], a[2], a[3]);
+    if (lane % 8 == 0 && lane / 8 < nr) atomicAdd(acc + t.acc_row + r0 + lane / 8, s);
+  }
+}
+
 // The input into the planes (times the norm weight), kBatch float4 loads in flight per thread;
 // adds the thread's share of the input's sum of squares to ss (norm only). As many in flight as
 // the registers hold without spilling (`-Xptxas -v`): three with a norm weight beside each, four
@@ -321,6 +392,8 @@ __device__ __forceinline__ uint32_t load_input(const float* in, const uint2* nor
 // state, and moving it out gave it a register allocation of its own (Llama-3.2-1B 1128 -> 1094
 // us, docs/notes.md); and given nothing it does not use (the step's context). Returns the
 // ring's tile counter after its tiles.
+// One instance a kind of weights (F8Scales), each with its own registers.
+template <uint32_t kF8>
 __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, TensorTable mem,
                                              unsigned char* scratch, WeightRing ring_state, uint64_t* trace) {
   BlockContext bc{scratch, ring_state, trace};
@@ -382,7 +455,10 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
     for (; j < tiles; j += count, parity ^= 1) {
       const WeightTile t = all.at(j);
       mbar_wait(ring.full + stage, parity);
-      detail::consume_tile(t, reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes), xlo, xhi, acc);
+      if constexpr (kF8 == kF8None)
+        detail::consume_tile(t, reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes), xlo, xhi, acc);
+      else
+        detail::consume_tile_f8<kF8>(t, ring.stages + stage * kStageBytes, xlo, xhi, acc, p, mem);
       ring_release(ring, stage, kWarps);
     }
   }
@@ -403,8 +479,10 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
   const bool out_tagged = tagged_field(2), residual_tagged2 = residual && tagged_field(1);
   const uint32_t out_bit = detail::handoff.bit;
   for (uint32_t i = tid, k = 0; i < rows; i += kThreads, ++k) {
-    const float a = acc[i] * inv;
-    const float y = silu ? a / (1.0f + expf(-a)) * (acc[rows + i] * inv) : a;
+    // A row's (or the tensor's) float8 scale, to the finished sums.
+    const float sg = kF8 == kF8Late ? *scale_row(p, mem, i) : 1.0f, su = kF8 == kF8Late && silu ? *scale_row(p, mem, rows + i) : 1.0f;
+    const float a = acc[i] * inv * sg;
+    const float y = silu ? a / (1.0f + expf(-a)) * (acc[rows + i] * inv * su) : a;
     const float r = !residual                ? 0.0f
                     : k < kResidualRows      ? res[k]
                     : residual_tagged2       ? poll_tagged(residual + p.row_begin + i, p.residual)
@@ -424,12 +502,20 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
 
 __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule::StepContext&, const TensorTable& mem,
                                BlockContext& bc) {
-  bc.ring.next_tile = detail::matvec_body(p, mem, bc.scratch, bc.ring, bc.trace);
+  using schedule::WeightFormat;
+  const auto f = static_cast<WeightFormat>(p.weight_format);
+  bc.ring.next_tile = f == WeightFormat::bf16         ? detail::matvec_body<detail::kF8None>(p, mem, bc.scratch, bc.ring, bc.trace)
+                      : f == WeightFormat::f8_block128 ? detail::matvec_body<detail::kF8Block>(p, mem, bc.scratch, bc.ring, bc.trace)
+                                                       : detail::matvec_body<detail::kF8Late>(p, mem, bc.scratch, bc.ring, bc.trace);
 }
 // A step of several rows (matvec_rows.cuh).
 __device__ inline void gpu_rows(const schedule::MatvecPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
                                 BlockContext& bc) {
-  detail::matvec_rows_body(p, ctx, mem, bc.scratch, bc.scratch_bytes);
+  using schedule::WeightFormat;
+  const auto f = static_cast<WeightFormat>(p.weight_format);
+  if (f == WeightFormat::bf16) detail::matvec_rows_body<detail::kF8None>(p, ctx, mem, bc.scratch, bc.scratch_bytes);
+  else if (f == WeightFormat::f8_block128) detail::matvec_rows_body<detail::kF8Block>(p, ctx, mem, bc.scratch, bc.scratch_bytes);
+  else detail::matvec_rows_body<detail::kF8Late>(p, ctx, mem, bc.scratch, bc.scratch_bytes);
 }
 
 }  // namespace mk::device

@@ -1,7 +1,9 @@
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "device/bf16.hpp"
+#include "device/fp8.hpp"
 #include "device/ops/cpu_ops.hpp"
 
 namespace mk::device {
@@ -22,10 +24,22 @@ void cpu_run(const schedule::MatvecPayload& p, const schedule::StepContext& ctx,
       const float inv = 1.0f / std::sqrt(ss / p.cols + p.eps);
       for (uint32_t i = 0; i < p.cols; ++i) x[i] = x[i] * inv * bf16_to_f32(w[i]);
     }
+    // Float8 weights: float(e4m3) * scale, the scale applied to each 128-column block's sum of
+    // products (a block scale's extent; a row's or the tensor's scale is the same for every block).
     auto dot = [&](uint32_t weight, uint32_t row) {
-      const uint16_t* w = mem.at<const uint16_t>(weight) + uint64_t{row} * p.cols;
       float acc = 0;
-      for (uint32_t i = 0; i < p.cols; ++i) acc += bf16_to_f32(w[i]) * x[i];
+      if (!schedule::matvec_fp8(p)) {
+        const uint16_t* w = mem.at<const uint16_t>(weight) + uint64_t{row} * p.cols;
+        for (uint32_t i = 0; i < p.cols; ++i) acc += bf16_to_f32(w[i]) * x[i];
+        return acc;
+      }
+      const uint8_t* w = mem.at<const uint8_t>(weight) + uint64_t{row} * p.cols;
+      const float* scale = mem.at<const float>(weight + 1);
+      for (uint32_t c0 = 0; c0 < p.cols; c0 += schedule::kScaleBlock) {
+        float block = 0;
+        for (uint32_t i = c0; i < std::min(p.cols, c0 + schedule::kScaleBlock); ++i) block += f8e4m3_to_f32(w[i]) * x[i];
+        acc += block * scale[schedule::matvec_scale_index(p, row, c0)];
+      }
       return acc;
     };
     float* out = mem.at<float>(p.out) + uint64_t{t} * width;

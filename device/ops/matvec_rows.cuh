@@ -10,6 +10,7 @@
 #include "device/cuda/block.cuh"
 #include "device/cuda/handoff.cuh"
 #include "device/cuda_limits.hpp"
+#include "device/fp8.hpp"
 #include "device/memory.hpp"
 #include "schedules/format.hpp"
 #include "schedules/ops/matvec.hpp"
@@ -38,23 +39,28 @@ struct RowsLayout {
   uint32_t weights;    // weight rows a tile (up to kRowBlock, twice that for silu_mul)
   uint32_t kb;         // columns a stage, a power of two of at least 64 (for_chunks)
   uint32_t stage_bytes, stages;
-  __device__ uint32_t w_stride() const { return kb + 8; }  // bf16
+  uint32_t eb;         // bytes a weight: 2 (bf16) or 1 (f8e4m3, whose row of K takes K + 16 bytes: 16 mod 64)
+  __device__ uint32_t w_row_bytes() const { return eb * kb + 16; }
   __device__ uint32_t x_stride() const { return kb + 8; }  // f32
-  __device__ uint32_t w_bytes() const { return weights * w_stride() * 2; }
+  __device__ uint32_t w_bytes() const { return weights * w_row_bytes(); }
   __device__ uint32_t x_bytes() const { return n * x_stride() * 4; }
   __device__ uint32_t norm_bytes(bool norm) const { return norm ? kb * 2 : 0; }
 };
 
 // Where the task's weight row i lies (of the concatenation; for silu_mul, of gate at w = 0 and up
-// at w = 1), or null past the task's rows.
-__device__ inline const uint16_t* weight_row(const schedule::MatvecPayload& p, const TensorTable& mem, uint32_t i, bool silu,
-                                             uint32_t w) {
+// at w = 1), or null past the task's rows; for float8 weights (eb 1), `scales` where its scales are.
+__device__ inline const unsigned char* weight_row(const schedule::MatvecPayload& p, const TensorTable& mem, uint32_t i, bool silu,
+                                                  uint32_t w, uint32_t eb, const float*& scales) {
+  scales = mem.at<const float>(p.weight[0] + (eb == 1));  // rows past the task's: any scale (their weights are zeros)
   if (i >= p.row_end - p.row_begin) return nullptr;
-  const uint32_t row = p.row_begin + i;
-  if (silu) return mem.at<const uint16_t>(p.weight[w]) + uint64_t{row} * p.cols;
-  uint32_t s = 0, first = 0;
-  while (s + 1 < p.weight_count && row >= p.weight_row_end[s]) first = p.weight_row_end[s++];
-  return mem.at<const uint16_t>(p.weight[s]) + uint64_t{row - first} * p.cols;
+  uint32_t row = p.row_begin + i, s = w;
+  if (!silu) {
+    uint32_t first = 0;
+    for (s = 0; s + 1 < p.weight_count && row >= p.weight_row_end[s];) first = p.weight_row_end[s++];
+    row -= first;
+  }
+  if (eb == 1) scales = mem.at<const float>(p.weight[s] + 1) + schedule::matvec_scale_index(p, row, 0);
+  return mem.at<const unsigned char>(p.weight[s]) + uint64_t{row} * p.cols * eb;
 }
 
 // f(r, c) for this thread's share of `count` rows of 2^shift 16-byte chunks (chunk i = tid,
@@ -74,7 +80,30 @@ __device__ __forceinline__ void for_chunks(uint32_t count, const volatile uint32
   }
 }
 
-// Out of line, with its own register allocation (as every op body).
+// The A operand of mma_bf16 from float8 rows in shared memory (t8: row g at column 2q, rows
+// `stride` bytes apart), each pair widened to bf16x2: as ldmatrix_x4 gives a bf16 tile.
+__device__ __forceinline__ void f8_fragment(uint32_t (&a)[4], const unsigned char* t8, uint32_t stride) {
+  a[0] = f8x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(t8));
+  a[1] = f8x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(t8 + 8 * stride));
+  a[2] = f8x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(t8 + 8));
+  a[3] = f8x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(t8 + 8 * stride + 8));
+}
+
+// d += (a b) scaled: the k-step's products (b as hi + lo) summed apart, then rows g (d[0], d[1])
+// times s0 and g + 8 (d[2], d[3]) times s1: a block scale over a k-step inside its block.
+__device__ __forceinline__ void mma_scaled(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&hi)[2], const uint32_t (&lo)[2],
+                                           float s0, float s1) {
+  float t[4] = {0, 0, 0, 0};
+  mma_bf16(t, a, hi[0], hi[1]);
+  mma_bf16(t, a, lo[0], lo[1]);
+  d[0] = fmaf(t[0], s0, d[0]), d[1] = fmaf(t[1], s0, d[1]), d[2] = fmaf(t[2], s1, d[2]), d[3] = fmaf(t[3], s1, d[3]);
+}
+
+// Out of line, with its own register allocation (as every op body), an instance a kind of weights
+// (kF8: matvec.cuh's F8Scales). Float8 weights are staged as they are (half the bytes of bf16)
+// and widened to bf16 (exactly) as the A operand's registers are loaded; block scales multiply
+// each k-step's products (of 16 columns, inside one 128-column block), row scales the finished sums.
+template <uint32_t kF8>
 __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, schedule::StepContext ctx, TensorTable mem,
                                               unsigned char* scratch, uint32_t scratch_bytes) {
   const uint32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
@@ -83,8 +112,9 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
   // Scratch: the weight rows' addresses, each input row's sum of squares and 1/rms, the step rows
   // it computes (all, or the LM head's rows that feed a token: StepContext::fed_logits), the stages.
   float* red = reinterpret_cast<float*>(scratch);                          // [kWarps][32][8]: k-split partial sums
-  const uint16_t** wrow = reinterpret_cast<const uint16_t**>(red + kWarps * 32 * 8);  // [2 kRowBlock]
-  float* ss = reinterpret_cast<float*>(wrow + 2 * kRowBlock);              // [kMaxCudaRows]
+  const unsigned char** wrow = reinterpret_cast<const unsigned char**>(red + kWarps * 32 * 8);  // [2 kRowBlock]
+  const float** srow = reinterpret_cast<const float**>(wrow + 2 * kRowBlock);  // [2 kRowBlock]: float8 scales
+  float* ss = reinterpret_cast<float*>(srow + 2 * kRowBlock);              // [kMaxCudaRows]
   float* inv = ss + kMaxCudaRows;                                          // [kMaxCudaRows]
   uint32_t* used = reinterpret_cast<uint32_t*>(inv + kMaxCudaRows);        // [kMaxCudaRows + 1]: count, then rows
   uint32_t* shifts = used + kMaxCudaRows + 1;                               // [2]: log2 of a stage's chunks a row (weights, input)
@@ -101,12 +131,13 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
   const uint32_t rb_rows = min(kRowBlock, rows);  // weight rows a row block (of gate's and of up's)
   // The tile's rows: row groups of 16 (gate's, then as many of up's for silu), zeros past the task's.
   const uint32_t rgroups = (rb_rows + 15) / 16, part = rgroups * 16;
-  RowsLayout L{n, silu ? 2 * part : part, 64, 0, 0};
+  constexpr uint32_t eb = kF8 ? 1 : 2;
+  RowsLayout L{n, silu ? 2 * part : part, 64, 0, 0, eb};
   const uint32_t fixed = static_cast<uint32_t>(stage0 - scratch);
   // The column block: a power of two of at least 64 (for_chunks), weights of about
   // kStageWeightBytes a stage (the power of two nearest it), not past the row's length rounded
   // up to one, and at least 4 stages in the scratch (their count is rounded down to a power of two).
-  const uint32_t room = scratch_bytes - fixed, want = max(64u, kStageWeightBytes / (L.weights * 2));
+  const uint32_t room = scratch_bytes - fixed, want = max(64u, kStageWeightBytes / (L.weights * eb));
   L.kb = 64;
   while (L.kb < kMaxColBlock && L.kb < cols && 3 * L.kb <= 2 * want) L.kb *= 2;  // up while 1.5 kb <= want
   for (;;) {
@@ -117,25 +148,25 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
   L.stages = min(kMaxStagesRows, room / L.stage_bytes);
   if (L.stages < 2) __trap();  // the executor's shared memory is too small for this step's rows
   L.stages = 1u << (31 - __clz(L.stages));  // a power of two (2, 4 or 8)
-  auto w_of = [&](uint32_t s) { return reinterpret_cast<uint16_t*>(stage0 + s * L.stage_bytes); };
+  auto w_of = [&](uint32_t s) { return stage0 + s * L.stage_bytes; };
   auto x_of = [&](uint32_t s) { return reinterpret_cast<float*>(stage0 + s * L.stage_bytes + L.w_bytes()); };
   auto nw_of = [&](uint32_t s) { return reinterpret_cast<uint16_t*>(stage0 + s * L.stage_bytes + L.w_bytes() + L.x_bytes()); };
-  const uint32_t KB = L.kb, ws = L.w_stride(), xs = L.x_stride();
+  const uint32_t KB = L.kb, wsb = L.w_row_bytes(), ws = wsb / 2, xs = L.x_stride();  // ws: in bf16
   for (uint32_t t = tid; t < n; t += kThreads) ss[t] = 0.0f;
 
   const float* in = mem.at<const float>(p.in);
   const uint32_t kblocks = (cols + KB - 1) / KB, bit = handoff.bit;
-  if (tid == 0) shifts[0] = __ffs(KB / 8) - 1, shifts[1] = __ffs(KB / 4) - 1;  // seen after the row block's barriers
+  if (tid == 0) shifts[0] = __ffs(KB * eb / 16) - 1, shifts[1] = __ffs(KB / 4) - 1;  // seen after the row block's barriers
   // Stage s's copies of column block kb: 16 bytes a thread a copy, the weight rows (zeros past the
   // task's rows and the columns), the input rows, the norm weight's columns. (Bulk copies on the
   // ring's mbarriers, issued by one warp, were slower here and wrong: H100, 2026-12-06.)
   auto issue = [&](uint32_t s, uint32_t kb) {
     const uint32_t c0 = kb * KB, valid = min(KB, cols - c0);
-    uint16_t* w = w_of(s);
-    for_chunks(L.weights, shifts, [&](uint32_t r, uint32_t c) {
-      const uint16_t* src = wrow[r];
-      const bool ok = src && c * 8 < valid;  // else zeros, from an address inside the weights, not read
-      cp_async16(w + r * ws + c * 8, ok ? src + c0 + c * 8 : mem.at<const uint16_t>(p.weight[0]), ok ? 16 : 0);
+    unsigned char* w = w_of(s);
+    for_chunks(L.weights, shifts, [&](uint32_t r, uint32_t c) {  // c: 16 bytes, 16 / eb columns
+      const unsigned char* src = wrow[r];
+      const bool ok = src && c * (16 / eb) < valid;  // else zeros, from an address inside the weights, not read
+      cp_async16(w + r * wsb + c * 16, ok ? src + c0 * eb + c * 16 : mem.at<const unsigned char>(p.weight[0]), ok ? 16 : 0);
     });
     float* x = x_of(s);
     for_chunks(n, shifts + 1, [&](uint32_t t, uint32_t c) {
@@ -190,8 +221,11 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
   uint32_t kb_all = 0;  // column blocks issued in all (their stages in turn)
   for (uint32_t rb = 0; rb < rows; rb += kRowBlock) {
     block_sync();  // the last row block's readers of wrow are done
-    for (uint32_t i = tid; i < L.weights; i += kThreads)
-      wrow[i] = i % part < rb_rows ? weight_row(p, mem, rb + i % part, silu, i / part) : nullptr;
+    for (uint32_t i = tid; i < L.weights; i += kThreads) {
+      const float* scales;
+      wrow[i] = weight_row(p, mem, i % part < rb_rows ? rb + i % part : rows, silu, i / part, eb, scales);
+      srow[i] = scales;
+    }
     block_sync();
     float acc[kMaxTokenGroups][kRowGroups][4], up[kMaxTokenGroups][kRowGroups][4];
 #pragma unroll
@@ -210,7 +244,7 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
       if (!check_input(s, kb)) return;  // the block barrier; or the launch aborts
       if (kb + L.stages - 1 < kblocks) issue((first + kb + L.stages - 1) & smask, kb + L.stages - 1);
       const float* x = x_of(s);
-      const uint16_t* w = w_of(s);
+      const unsigned char* w = w_of(s);
       const uint16_t* nw = nw_of(s);
       if (norm && rb == 0)  // the input rows' sums of squares, once: a warp per row
         for (uint32_t t = warp; t < n; t += kWarps) {
@@ -249,17 +283,35 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
         for (uint32_t r = 0; r < kRowGroups; ++r) {
           if (r >= rgroups) break;
           uint32_t a[4], u[4];
-          const uint16_t* tile = w + r * 16 * ws + lane_at + ks * 16;
-          ldmatrix_x4(a, tile);
-          if (silu) ldmatrix_x4(u, tile + up_at);
+          if constexpr (kF8 == 0) {
+            const uint16_t* tile = reinterpret_cast<const uint16_t*>(w) + r * 16 * ws + lane_at + ks * 16;
+            ldmatrix_x4(a, tile);
+            if (silu) ldmatrix_x4(u, tile + up_at);
+          } else {  // lane (g, q): rows g and g + 8, columns 2q, 2q + 1 and 2q + 8, 2q + 9 (ldmatrix_x4's a[0..3])
+            const unsigned char* t8 = w + (r * 16 + g) * wsb + ks * 16 + 2 * q;
+            f8_fragment(a, t8, wsb);
+            if (silu) f8_fragment(u, t8 + part * wsb, wsb);
+          }
+          // Block scales: rows g and g + 8's of this k-step's 128-column block.
+          float sa0 = 1, sa1 = 1, su0 = 1, su1 = 1;
+          if constexpr (kF8 == 2) {
+            const uint32_t cb = (kb * KB + ks * 16) >> 7, i0 = r * 16 + g;
+            sa0 = __ldg(srow[i0] + cb), sa1 = __ldg(srow[i0 + 8] + cb);
+            if (silu) su0 = __ldg(srow[part + i0] + cb), su1 = __ldg(srow[part + i0 + 8] + cb);
+          }
 #pragma unroll
           for (uint32_t j = 0; j < kMaxTokenGroups; ++j) {
             if (tgs[j] >= tgroups) break;
-            mma_bf16(acc[j][r], a, hi[j][0], hi[j][1]);
-            mma_bf16(acc[j][r], a, lo[j][0], lo[j][1]);
-            if (silu) {
-              mma_bf16(up[j][r], u, hi[j][0], hi[j][1]);
-              mma_bf16(up[j][r], u, lo[j][0], lo[j][1]);
+            if constexpr (kF8 == 2) {
+              mma_scaled(acc[j][r], a, hi[j], lo[j], sa0, sa1);
+              if (silu) mma_scaled(up[j][r], u, hi[j], lo[j], su0, su1);
+            } else {
+              mma_bf16(acc[j][r], a, hi[j][0], hi[j][1]);
+              mma_bf16(acc[j][r], a, lo[j][0], lo[j][1]);
+              if (silu) {
+                mma_bf16(up[j][r], u, hi[j][0], hi[j][1]);
+                mma_bf16(up[j][r], u, lo[j][0], lo[j][1]);
+              }
             }
           }
         }
@@ -319,8 +371,10 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
         for (uint32_t e = 0; e < 4; ++e) {
           const uint32_t t = tg * 8 + 2 * q + (e & 1), o = rb + r * 16 + g + (e >= 2 ? 8 : 0);
           if (t >= n || o >= rows) continue;
-          const float a = acc[j][r][e] * inv[t];
-          float y = silu ? a / (1.0f + expf(-a)) * (up[j][r][e] * inv[t]) : a;
+          // Row (or tensor) scales of float8 weights, to the finished sums.
+          const float sg = kF8 == 1 ? *srow[o - rb] : 1.0f, su = kF8 == 1 && silu ? *srow[part + o - rb] : 1.0f;
+          const float a = acc[j][r][e] * inv[t] * sg;
+          float y = silu ? a / (1.0f + expf(-a)) * (up[j][r][e] * inv[t] * su) : a;
           const uint32_t row = p.row_begin + o;
           if (!silu) {  // the bias of this row's weight, if any
             uint32_t s = 0, firstrow = 0;

@@ -9,7 +9,7 @@ using schedule::MatvecAct;
 constexpr double kEps = 1e-5;  // where neither the op nor the model's config gives eps
 
 constexpr FieldSpec kFields[] = {
-    {"in", FieldKind::input, true},       {"norm", FieldKind::input, false}, {"weight", FieldKind::input_list, true},
+    {"in", FieldKind::input, true},       {"norm", FieldKind::input, false}, {"weight", FieldKind::input_list, true, true},
     {"residual", FieldKind::input, false}, {"act", FieldKind::text, false},   {"eps", FieldKind::number, false},
     {"out", FieldKind::output, true},     {"bias", FieldKind::input_list, false},
 };
@@ -40,7 +40,11 @@ uint64_t infer(OpCheck& c) {
     if (act == "silu_mul" && w->shape != weights[0]->shape)
       c.fail("weight", "gate and up weights must have the same shape");
     rows = act == "silu_mul" ? w->shape[0] : rows + w->shape[0];
+    if (w->dtype != weights[0]->dtype || w->scale_layout != weights[0]->scale_layout)
+      c.fail("weight", "'" + w->name + "' and '" + weights[0]->name + "' differ in dtype or scale layout; the weights of one matvec share them");
   }
+  if (weights[0]->dtype == schedule::DType::f8e4m3 && cols % 16)
+    c.fail("in", "input '" + in.name + "' has " + std::to_string(cols) + " elements; with f8e4m3 weights a matvec input must be a multiple of 16 long");
   if (c.op().decl->field("bias")) {
     const auto biases = c.tensor_list("bias");
     if (act != "none") c.fail("bias", "bias is applied only without act (to each weight's rows)");
@@ -81,10 +85,15 @@ TaskSpec lower(const Program& p, const OpInfo& op, uint32_t begin, uint32_t end)
   const dsl::Value* eps = op.decl->field("eps");
   pl.eps = static_cast<float>(eps ? *eps->number : p.model->number("eps", kEps));
   const bool silu = is_silu(op);
-  pl.act = static_cast<uint32_t>(silu ? MatvecAct::silu_mul : MatvecAct::none);
+  pl.act = static_cast<uint16_t>(silu ? MatvecAct::silu_mul : MatvecAct::none);
   pl.cols = static_cast<uint32_t>(p.tensors[pl.in].elements());
   const std::vector<std::string>& weights = op.decl->field("weight")->items;
   pl.weight_count = static_cast<uint32_t>(weights.size());
+  const std::string& layout = p.tensors[p.find(weights[0])].scale_layout;
+  pl.weight_format = static_cast<uint16_t>(layout == "tensor"     ? schedule::WeightFormat::f8_tensor
+                                           : layout == "row"      ? schedule::WeightFormat::f8_row
+                                           : layout == "block128" ? schedule::WeightFormat::f8_block128
+                                                                  : schedule::WeightFormat::bf16);
   uint32_t rows = 0;
   for (size_t i = 0; i < weights.size(); ++i) {
     pl.weight[i] = p.find(weights[i]);

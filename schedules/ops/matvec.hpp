@@ -3,7 +3,12 @@
 
 namespace mk::schedule {
 
-enum class MatvecAct : uint32_t { none = 0, silu_mul = 1 };
+enum class MatvecAct : uint16_t { none = 0, silu_mul = 1 };
+
+// The element type of a matvec's weights, and for float8 how the scales cover each of them (every
+// weight of the op alike): weight[i]'s scales are tensor weight[i] + 1 (format.hpp, DType::f8e4m3).
+enum class WeightFormat : uint16_t { bf16 = 0, f8_tensor = 1, f8_row = 2, f8_block128 = 3 };
+inline constexpr uint32_t kScaleBlock = 128;  // f8_block128: rows and columns a scale covers
 
 // y = W · (norm ? rmsnorm(in) * norm : in), fp32 accumulation, for output rows [row_begin,
 // row_end), for every row (token) of the step: in, out and residual hold one vector a row. act none: W is the row-wise concatenation of weight[0..weight_count) and
@@ -17,14 +22,26 @@ struct MatvecPayload {
   uint32_t out;       // activation f32 [rows]
   uint32_t residual;  // activation f32 [rows] or kNone
   float eps;
-  uint32_t act;  // MatvecAct
+  uint16_t act;            // MatvecAct
+  uint16_t weight_format;  // WeightFormat (0, bf16, in files before version 7)
   uint32_t cols;
   uint32_t weight_count;
-  uint32_t weight[3];          // weights bf16 [rows_i, cols]
+  uint32_t weight[3];          // weights [rows_i, cols], bf16 or f8e4m3 (weight_format)
   uint32_t weight_row_end[3];  // cumulative row ends of the concatenation
   uint32_t row_begin, row_end;
   uint32_t bias[3] = {kNone, kNone, kNone};  // weights bf16 [rows_i] or kNone, parallel to weight[]
 };
+
+MK_HD inline bool matvec_fp8(const MatvecPayload& p) { return p.weight_format != static_cast<uint16_t>(WeightFormat::bf16); }
+
+// Where the scale of weight i's row `row` (of the weight) and column `col` is in its scale tensor.
+MK_HD inline uint32_t matvec_scale_index(const MatvecPayload& p, uint32_t row, uint32_t col) {
+  switch (static_cast<WeightFormat>(p.weight_format)) {
+    case WeightFormat::f8_row: return row;
+    case WeightFormat::f8_block128: return row / kScaleBlock * ((p.cols + kScaleBlock - 1) / kScaleBlock) + col / kScaleBlock;
+    default: return 0;
+  }
+}
 
 // Elements of one row of out (and residual): every weight's rows, or gate's for silu_mul.
 MK_HD inline uint32_t matvec_out_width(const MatvecPayload& p) {

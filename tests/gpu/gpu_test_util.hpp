@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "device/bf16.hpp"
+#include "device/fp8.hpp"
+#include "dsl/model.hpp"
+#include "tests/float8_model.hpp"
 #include "schedules/schedule.hpp"
 #include "tests/reference.hpp"
 
@@ -27,10 +30,16 @@ struct HostState {
                                                                             : s.max_tokens);
       bytes.emplace_back(n * schedule::dtype_bytes(t.dtype));
       auto& b = bytes.back();
+      // Float8 weights: values over e4m3's range (std 64), and scales (the tensor after) that
+      // bring them to std 1/sqrt(cols), each within 10 % of that.
+      const bool f8_scales = &t != s.tensors.data() && (&t - 1)->dtype == schedule::DType::f8e4m3;
       for (uint64_t i = 0; i < n; ++i) {
         const float scale = t.role == schedule::Role::weight && t.shape.size() == 2 ? 1.0f / std::sqrt(float(t.shape[1])) : 1.0f;
         const float v = normal(rng) * scale + (t.role == schedule::Role::weight && t.shape.size() == 1 ? 1.0f : 0.0f);
-        if (t.dtype == schedule::DType::bf16) reinterpret_cast<uint16_t*>(b.data())[i] = device::f32_to_bf16(v);
+        if (t.dtype == schedule::DType::f8e4m3) b[i] = device::f32_to_f8e4m3(normal(rng) * 64.0f);
+        else if (f8_scales)
+          reinterpret_cast<float*>(b.data())[i] = (1.0f + 0.1f * normal(rng)) / (64.0f * std::sqrt(float((&t - 1)->shape[1])));
+        else if (t.dtype == schedule::DType::bf16) reinterpret_cast<uint16_t*>(b.data())[i] = device::f32_to_bf16(v);
         else if (t.dtype == schedule::DType::f32) reinterpret_cast<float*>(b.data())[i] = v;
         else reinterpret_cast<int32_t*>(b.data())[i] = static_cast<int32_t>(rng() % 100);
       }
@@ -38,6 +47,21 @@ struct HostState {
     }
   }
 };
+
+// An example model by name: "NAME" (examples/NAME.yaml) or "NAME/f8-LAYOUT", the same with its
+// projections float8 of scale layout LAYOUT (tests/float8_model.hpp). `root`: the source tree.
+inline dsl::ModelGraph example_graph(const std::string& root, const std::string& name) {
+  const size_t slash = name.find("/f8-");
+  const std::string file = root + "/examples/" + name.substr(0, slash) + ".yaml";
+  if (slash == std::string::npos) return dsl::parse_file(file);
+  return dsl::parse_string(yaml_with_float8(file, name.substr(slash + 4)), name);
+}
+
+// A name of example_graph's as a file name.
+inline std::string file_name(std::string name) {
+  std::replace(name.begin(), name.end(), '/', '_');
+  return name;
+}
 
 // The first n elements of a tensor as the GPU left them (got) and as the emulator did (want),
 // as floats; equal infinities (empty attention splits' -inf) as zeros. Returns the relative L2

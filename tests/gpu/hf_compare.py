@@ -17,8 +17,19 @@ With --family and --shape (or --config FILE) instead of --example, the model com
 Face config (a real model's shape, layers cut to --layers), and mkplan plans the saved checkpoint
 folder straight from its config.json: no YAML. Norm weights are then drawn around 1 (and biases
 around 0) instead of transformers' ones and zeros, so that a misplaced norm or bias shows.
+
+With --fp8 LAYOUT (tensor, row or block128), the seven projections of every layer (q, k, v, o,
+gate, up, down) are quantized to float8 e4m3 with f32 scales of that layout (amax / 448 over the
+whole tensor, each row, or each 128 x 128 block) and stored so in the checkpoint; embeddings,
+norms and the LM head stay bf16. With --example, mkplan gets the example's YAML with those
+projections declared f8e4m3 (scales under "<key>_scale"); without, the saved config.json gets a
+quantization_config (compressed-tensors for tensor and row, transformers' fp8 for block128) and
+the scales are stored as those checkpoints store them. The model that transformers runs is the
+dequantized one (float8 value times scale): its float32 pass, the reference, uses those weights
+exactly, its bf16 pass them rounded to bf16. The comparison thus checks our float8 matvecs against
+the exact dequantized arithmetic, not the quantization error itself (both sides share it).
 """
-import argparse, json, math, os, subprocess, sys, time
+import argparse, json, math, os, re, subprocess, sys, time
 
 import numpy as np
 import torch
@@ -141,6 +152,163 @@ def perturb_norms_and_biases(model, seed):
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
 
 
+# The projections that --fp8 quantizes, by module name after "model.layers.N.".
+FP8_PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                   "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+FP8_MAX = 448.0  # the largest finite float8 e4m3 (fn) value
+FP8_BLOCK = 128
+
+
+def quantize_fp8(w, layout):
+    """Float8 e4m3 weights of a float32 matrix and their f32 scales (amax / 448 over the whole tensor,
+    each row, or each 128 x 128 block, partial blocks padded), and the dequantized matrix q * scale
+    (float32) that the checkpoint then holds exactly. Scales: tensor [1], row [rows], block128
+    [ceil(rows/128), ceil(cols/128)]."""
+    w = w.detach().float()
+    rows, cols = w.shape
+    if layout == "tensor":
+        amax = w.abs().amax().reshape(1)
+    elif layout == "row":
+        amax = w.abs().amax(dim=1)
+    elif layout == "block128":
+        rb, cb = -(-rows // FP8_BLOCK), -(-cols // FP8_BLOCK)
+        padded = torch.zeros(rb * FP8_BLOCK, cb * FP8_BLOCK, dtype=torch.float32, device=w.device)
+        padded[:rows, :cols] = w.abs()
+        amax = padded.view(rb, FP8_BLOCK, cb, FP8_BLOCK).amax(dim=(1, 3))
+        del padded
+    else:
+        raise ValueError(f"unknown float8 scale layout {layout}")
+    scale = amax / FP8_MAX
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero extent: any scale will do
+    if layout == "tensor":
+        expanded = scale.reshape(1, 1)
+    elif layout == "row":
+        expanded = scale[:, None]
+    else:
+        expanded = scale.repeat_interleave(FP8_BLOCK, dim=0).repeat_interleave(FP8_BLOCK, dim=1)[:rows, :cols]
+    q = (w / expanded).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    d = q.float() * expanded
+    return q, scale.float().contiguous(), d
+
+
+def quantize_model_fp8(model, layers, layout):
+    """Quantizes the projections of every layer in place (their parameters become the dequantized
+    float32 values). Returns {weight name: (float8 tensor, scales)} for the checkpoint and
+    {weight name: dequantized float32} for the float32 reference."""
+    stored, dequant = {}, {}
+    with torch.no_grad():
+        for layer in range(layers):
+            for module in FP8_PROJECTIONS:
+                key = f"model.layers.{layer}.{module}.weight"
+                p = model.get_parameter(key)
+                q, scale, d = quantize_fp8(p, layout)
+                p.copy_(d)
+                stored[key], dequant[key] = (q, scale), d
+    return stored, dequant
+
+
+def fp8_quantization_config(layout):
+    """config.json's quantization_config that mkplan imports for the layout, as published checkpoints
+    write it: compressed-tensors (per channel or per tensor) or transformers' fp8 (128 x 128 blocks)."""
+    if layout == "block128":
+        return {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+    return {"quant_method": "compressed-tensors", "format": "float-quantized",
+            "config_groups": {"group_0": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 8, "type": "float", "strategy": "channel" if layout == "row" else "tensor",
+                            "symmetric": True, "dynamic": False},
+                "input_activations": {"dynamic": True, "num_bits": 8, "type": "float", "strategy": "token",
+                                      "symmetric": True}}},
+            "ignore": ["lm_head"], "quantization_status": "compressed"}
+
+
+def fp8_scale_entry(key, scale, layout, hub_style):
+    """The checkpoint key and tensor of a weight's scales. An example's YAML reads "<key>_scale" as
+    the plain layout shape; a config.json import reads them as published: compressed-tensors'
+    weight_scale (per row stored [rows, 1]), fp8's weight_scale_inv (a multiplier)."""
+    scale = scale.detach().float().cpu().contiguous()
+    if not hub_style:
+        return key + "_scale", scale
+    if layout == "block128":
+        return key + "_scale_inv", scale
+    if layout == "row":
+        return key + "_scale", scale.reshape(-1, 1).contiguous()
+    return key + "_scale", scale.reshape(1).contiguous()
+
+
+def write_fp8_checkpoint(ckpt, stored, layout, hub_style):
+    """Rewrites the saved checkpoint (one model.safetensors or a sharded folder): each quantized
+    weight becomes its float8 tensor, with its scales beside it (in the same shard). With
+    hub_style, config.json gets the matching quantization_config."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+    index_file = os.path.join(ckpt, "model.safetensors.index.json")
+    index = None
+    if os.path.exists(index_file):
+        with open(index_file) as f:
+            index = json.load(f)
+        shards = sorted(set(index["weight_map"].values()))
+    else:
+        shards = ["model.safetensors"]
+    found, total = set(), 0
+    for shard in shards:
+        path = os.path.join(ckpt, shard)
+        with safe_open(path, framework="pt") as f:
+            metadata = f.metadata()
+        tensors = load_file(path)
+        for key in [k for k in tensors if k in stored]:
+            q, scale = stored[key]
+            tensors[key] = q.detach().cpu().contiguous()
+            scale_key, scale_tensor = fp8_scale_entry(key, scale, layout, hub_style)
+            if scale_key in tensors:
+                sys.exit(f"{path}: already holds {scale_key}")
+            tensors[scale_key] = scale_tensor
+            if index is not None:
+                index["weight_map"][scale_key] = shard
+            found.add(key)
+        tensors = {k: v.contiguous() for k, v in tensors.items()}
+        total += sum(v.numel() * v.element_size() for v in tensors.values())
+        tmp = path + ".tmp"  # load_file's tensors may map the file: write beside it, then replace
+        save_file(tensors, tmp, metadata=metadata)
+        del tensors
+        os.replace(tmp, path)
+    missing = sorted(set(stored) - found)
+    if missing:
+        sys.exit(f"{ckpt}: the saved checkpoint lacks {len(missing)} projection weights to quantize, e.g. {missing[0]}")
+    if index is not None:
+        if "total_size" in index.get("metadata", {}):
+            index["metadata"]["total_size"] = total
+        with open(index_file, "w") as f:
+            json.dump(index, f, indent=2, sort_keys=True)
+    if hub_style:
+        config_file = os.path.join(ckpt, "config.json")
+        with open(config_file) as f:
+            config = json.load(f)
+        config["quantization_config"] = fp8_quantization_config(layout)
+        with open(config_file, "w") as f:
+            json.dump(config, f, indent=2, sort_keys=True)
+
+
+# An example's projection declarations, as bench/run.sh's sed rewrites them for float8.
+FP8_YAML_LINE = re.compile(r'(w[qkvogud]\{layer\}): \{key: "([^"]+)", shape: (\[[^\]]+\])\}')
+
+
+def fp8_example_yaml(example, layout, out):
+    """Writes the example's YAML with its seven projections declared f8e4m3, with scales of the layout
+    under "<key>_scale", to `out`."""
+    with open(example) as f:
+        text = f.read()
+    text, n = FP8_YAML_LINE.subn(
+        lambda m: f'{m[1]}: {{key: "{m[2]}", shape: {m[3]}, dtype: f8e4m3, scale: {{key: "{m[2]}_scale", layout: {layout}}}}}',
+        text)
+    if n != len(FP8_PROJECTIONS):
+        sys.exit(f"{example}: found {n} projection declarations to make float8, expected {len(FP8_PROJECTIONS)} "
+                 "(wq/wk/wv/wo/wg/wu/wd{layer}: {key: \"...\", shape: [...]})")
+    with open(out, "w") as f:
+        f.write(text)
+    return out
+
+
 def rel(a, b):
     return float(torch.linalg.norm((a - b).double()) / torch.linalg.norm(b.double()))
 
@@ -161,6 +329,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-tokens", type=int, default=1, help="plan for this many tokens a step: prompts prefilled in chunks")
     ap.add_argument("--batch", type=int, default=1, help="sequences decoded together, each compared with its own run")
+    ap.add_argument("--fp8", choices=["tensor", "row", "block128"],
+                    help="store the seven projections of every layer as float8 e4m3 with scales of this layout")
     a = ap.parse_args()
     if a.batch > 1 and a.max_tokens < a.batch:
         a.max_tokens = a.batch  # a batch decodes a row a sequence a step
@@ -170,7 +340,7 @@ def main():
     ckpt = os.path.join(a.work, "ckpt")
     if a.example:
         cfg = load_config(a.example)
-        name = os.path.basename(a.example)[:-5]
+        name = os.path.basename(a.example)[:-5] + (f" fp8-{a.fp8}" if a.fp8 else "")
         config, cls = hf_model(cfg, bool(cfg.get("qk_norm", 0)))
     else:
         if a.shape:
@@ -184,6 +354,8 @@ def main():
             if not hub["family"]:
                 sys.exit("--config needs a \"family\" entry or --family")
             name = os.path.basename(a.config).rsplit(".", 1)[0]
+        if a.fp8:
+            name += f" fp8-{a.fp8}"
         full_layers = hub["num_hidden_layers"]
         hub["num_hidden_layers"] = min(full_layers, a.layers)
         name += f" ({hub['num_hidden_layers']} of {full_layers} layers, from config.json)"
@@ -198,15 +370,24 @@ def main():
         sys.exit(f"{name}: cannot read transformers' RoPE frequencies to check the rope config")
     if not torch.allclose(rotary.inv_freq.double().cpu(), expected_inv_freq(cfg), rtol=1e-5):
         sys.exit(f"{name}: transformers' RoPE frequencies differ from the YAML's rope config")
+    fp8_stored, fp8_dequant = {}, {}  # with --fp8: the checkpoint's float8 weights and scales; the dequantized weights
+    if a.fp8:
+        fp8_stored, fp8_dequant = quantize_model_fp8(model, cfg["layers"], a.fp8)
     model.to(torch.bfloat16)
     model.save_pretrained(ckpt)
+    plan_source = a.example or ckpt
+    if a.fp8:
+        write_fp8_checkpoint(ckpt, fp8_stored, a.fp8, hub_style=not a.example)
+        del fp8_stored
+        if a.example:
+            plan_source = fp8_example_yaml(a.example, a.fp8, os.path.join(a.work, f"model-fp8-{a.fp8}.yaml"))
     print(f"{name}: built and saved a random {sum(p.numel() for p in model.parameters())/1e9:.2f}B-parameter "
           f"checkpoint in {time.time()-t0:.1f} s", flush=True)
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     sched = os.path.join(a.work, "sched.bin")
-    # An example is planned from its YAML; a config from the saved checkpoint folder itself.
-    subprocess.run([os.path.join(a.bin, "mkplan"), a.example or ckpt, "-o", sched, "--sms", str(sms),
+    # An example is planned from its YAML (made float8 with --fp8); a config from the saved checkpoint folder itself.
+    subprocess.run([os.path.join(a.bin, "mkplan"), plan_source, "-o", sched, "--sms", str(sms),
                     "--max-tokens", str(a.max_tokens), "--force"], check=True)
     g = torch.Generator().manual_seed(a.seed + 1)
     prompts = [torch.randint(0, cfg["vocab"], (a.prompt + 5 * i,), generator=g).tolist() for i in range(a.batch)]
@@ -237,6 +418,9 @@ def main():
             rotary.inv_freq = expected_inv_freq(cfg).float().to(rotary.inv_freq.device)
             if hasattr(rotary, "original_inv_freq"):
                 rotary.original_inv_freq = rotary.inv_freq.clone()
+            # With --fp8, the bf16 round trip rounded the dequantized projections: float32 runs them exactly.
+            for key, d in fp8_dequant.items():
+                model.get_parameter(key).copy_(d)
             f32 = model(seq).logits[0].float()
         return bf16, f32
 

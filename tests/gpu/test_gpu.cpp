@@ -181,6 +181,26 @@ TEST_CASE("whole models: CUDA interpreter vs emulator vs the independent referen
   }
 }
 
+TEST_CASE("float8 models (each scale layout): every op and whole models vs emulator vs the independent reference") {
+  const int sms = device::cuda_device_sm_count();
+  for (const char* example : {"tiny-llama/f8-tensor", "tiny-llama/f8-row", "tiny-qwen3/f8-block128", "tiny-qwen3/f8-row"}) {
+    CAPTURE(example);
+    const dsl::ModelGraph model = test::example_graph(kRoot, example);
+    compare_ops(model, 5, 16);
+    compare_ops(model, 1100, 1200);
+    const planner::Plan plan = plan_example(model, static_cast<uint32_t>(sms));
+    TempDir dir(test::file_name(example));
+    device::write_random_checkpoint(plan.schedule, dir.path, 4343);
+    const device::Checkpoint ckpt = device::Checkpoint::open(dir.path);
+    for (const auto& [prompt_len, tokens] : {std::pair{4u, 28u}, std::pair{1100u, 6u}}) {
+      CAPTURE(prompt_len);
+      const Agreement a = gpu_agrees(model, plan.schedule, ckpt, prompt_len, tokens, prompt_len);
+      MESSAGE(example, " (", a.steps, " steps after a ", prompt_len, "-token prompt): same greedy tokens as the emulator; ",
+              "worst logit error vs emulator ", a.worst_emu, ", vs reference (dequantizing the checkpoint) ", a.worst_ref);
+    }
+  }
+}
+
 TEST_CASE("launches of several steps (mkrun's chunks): the tokens of one step a launch and of the emulator, the prompt kept") {
   // A launch runs kDecodeChunk steps, each SM waiting for every SM between them while its
   // producer already streams the next step's weights; the cache tiles of the previous position

@@ -38,7 +38,7 @@ planner::Plan plan_rows(const std::string& example, uint32_t max_tokens) {
   planner::PlanOptions o;
   o.sm_count = static_cast<uint32_t>(device::cuda_device_sm_count());
   o.max_tokens = max_tokens;
-  return planner::plan(dsl::parse_file(kRoot + "/examples/" + example + ".yaml"), o);
+  return planner::plan(test::example_graph(kRoot, example), o);
 }
 
 // attn_reduce's input as the attention writes it: each record's sum of exponentials at least 1
@@ -130,7 +130,7 @@ struct TempDir : test::TempDir {
 
 TEST_CASE("rows: every op at a step of several rows on the GPU matches its emulator body") {
   using Policy = schedule::KvSplitPolicy;
-  for (const char* example : {"tiny-llama", "tiny-qwen3"}) {
+  for (const char* example : {"tiny-llama", "tiny-qwen3", "tiny-llama/f8-row", "tiny-qwen3/f8-block128", "tiny-llama/f8-tensor"}) {
     CAPTURE(example);
     // A prompt chunk after 9 cached positions, a decoding row, a chunk from position 0.
     compare_ops_rows(example, 16, {{2, 9, 4, 0, 13}, {0, 16, 1, 0, 0}, {1, 0, 3, 0, 3}}, 3, 64, {schedule::kNone, schedule::kNone});
@@ -157,7 +157,7 @@ struct RowsModel {
   TempDir dir;
   std::unique_ptr<device::Checkpoint> ckpt;
   RowsModel(const std::string& example, uint32_t max_tokens, uint64_t seed)
-      : graph(dsl::parse_file(kRoot + "/examples/" + example + ".yaml")), plan(plan_rows(example, max_tokens)), dir(example) {
+      : graph(test::example_graph(kRoot, example)), plan(plan_rows(example, max_tokens)), dir(test::file_name(example)) {
     device::write_random_checkpoint(plan.schedule, dir.path, seed);
     ckpt = std::make_unique<device::Checkpoint>(device::Checkpoint::open(dir.path));
   }
@@ -172,7 +172,7 @@ std::vector<int32_t> random_prompt(uint32_t n, uint64_t vocab, std::mt19937& rng
 }  // namespace
 
 TEST_CASE("rows: a prompt prefilled in chunks on the GPU: the emulator's tokens, the reference's logits") {
-  for (const char* example : {"tiny-llama", "tiny-qwen3"})
+  for (const char* example : {"tiny-llama", "tiny-qwen3", "tiny-llama/f8-row", "tiny-qwen3/f8-block128", "tiny-llama/f8-tensor"})
     for (const uint32_t T : {2u, 8u, 64u}) {
       CAPTURE(example);
       CAPTURE(T);
@@ -211,7 +211,7 @@ TEST_CASE("rows: a prompt prefilled in chunks on the GPU: the emulator's tokens,
 }
 
 TEST_CASE("rows: a batch of sequences on the GPU gives each what its own run gives") {
-  for (const char* example : {"tiny-llama", "tiny-qwen3"}) {
+  for (const char* example : {"tiny-llama", "tiny-qwen3", "tiny-qwen3/f8-row", "tiny-llama/f8-block128"}) {
     CAPTURE(example);
     const RowsModel m(example, 8, 23);
     const schedule::Schedule& s = m.plan.schedule;

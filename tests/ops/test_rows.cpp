@@ -58,7 +58,7 @@ TEST_CASE("rows: matvec computes each row as a one-row step does, bit for bit, a
     p.cols = cols;
     p.eps = 1e-5f;
     p.norm = mem.add_bf16(to_bf16(randn(cols, rng, 1, 0.2)));
-    p.act = static_cast<uint32_t>(silu ? mk::schedule::MatvecAct::silu_mul : mk::schedule::MatvecAct::none);
+    p.act = static_cast<uint16_t>(silu ? mk::schedule::MatvecAct::silu_mul : mk::schedule::MatvecAct::none);
     p.weight_count = 2;
     p.weight[0] = mem.add_bf16(to_bf16(randn(size_t{silu ? rows : 16} * cols, rng, 0, 0.2)));
     p.weight[1] = mem.add_bf16(to_bf16(randn(size_t{silu ? rows : 8} * cols, rng, 0, 0.2)));
