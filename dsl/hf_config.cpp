@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <regex>
 #include <sstream>
 
 #include "common/checked_json.hpp"
@@ -124,6 +125,217 @@ Rope read_rope(const json& j, const std::string& file) {
   return r;
 }
 
+// What quantization_config's messages offer instead of an unsupported method.
+constexpr const char* kQuantMethods = "supported: compressed-tensors (float8 weights), fp8";
+
+// The projections a layer's block holds: module name after "model.layers.N." and HfQuant's flag.
+struct Projection {
+  const char* module;
+  bool HfQuant::*flag;
+};
+constexpr std::array<Projection, 7> kProjections = {{{"self_attn.q_proj", &HfQuant::q},
+                                                     {"self_attn.k_proj", &HfQuant::k},
+                                                     {"self_attn.v_proj", &HfQuant::v},
+                                                     {"self_attn.o_proj", &HfQuant::o},
+                                                     {"mlp.gate_proj", &HfQuant::gate},
+                                                     {"mlp.up_proj", &HfQuant::up},
+                                                     {"mlp.down_proj", &HfQuant::down}}};
+
+// One entry of a list of modules left unquantized (compressed-tensors' ignore, fp8's
+// modules_to_not_convert or ignored_layers), matched against full module names
+// ("model.layers.0.mlp.down_proj", "lm_head") as the library that wrote the checkpoint does, so
+// that the dtypes planned are those stored.
+struct IgnoreEntry {
+  std::string field;  // the list, as messages name it
+  std::string text;   // as written
+  std::optional<std::regex> regex;
+  bool loose = false;  // fp8 (transformers' should_convert_module): any entry is a regex, and a suffix too
+
+  bool matches(const std::string& module) const {
+    if (loose && module.size() >= text.size() && module.compare(module.size() - text.size(), text.size(), text) == 0)
+      return true;
+    // Python's re.match: anchored at the start only ("re:.*self_attn" names every attention projection).
+    if (regex) return std::regex_search(module, *regex, std::regex_constants::match_continuous);
+    return module == text;
+  }
+};
+
+std::vector<IgnoreEntry> read_ignore(const Fields& f, const char* key, bool loose) {
+  std::vector<IgnoreEntry> out;
+  if (!f.has(key)) return out;
+  const json& list = f.at(key);
+  if (!list.is_array()) f.fail_field(key, "must be a list of module names, found " + list.dump());
+  for (const json& e : list) {
+    if (!e.is_string()) f.fail_field(key, "must be a list of module names, found " + e.dump());
+    IgnoreEntry entry{f.name(key), e.get<std::string>(), std::nullopt, loose};
+    const bool re = entry.text.starts_with("re:");
+    if (re || loose) {
+      try {
+        entry.regex.emplace(re ? entry.text.substr(3) : entry.text, std::regex::ECMAScript);
+      } catch (const std::regex_error&) {
+        f.fail_field(key, "holds '" + entry.text + "', which is not a regular expression this reader understands");
+      }
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+const IgnoreEntry* ignored_by(const std::vector<IgnoreEntry>& ignore, const std::string& module) {
+  for (const IgnoreEntry& e : ignore)
+    if (e.matches(module)) return &e;
+  return nullptr;
+}
+
+// A field's value as messages show it: 'text' for a string, else its JSON, or "missing".
+std::string shown(const Fields& f, const char* key) {
+  if (!f.has(key)) return "missing";
+  return f.at(key).is_string() ? "'" + f.at(key).get<std::string>() + "'" : f.at(key).dump();
+}
+
+// A JSON object under `key` (required), with the Fields that read it.
+const json& object_at(const Fields& f, const char* key) {
+  if (!f.has(key)) f.fail_field(key, "is missing");
+  if (!f.at(key).is_object()) f.fail_field(key, "must be an object, found " + f.at(key).dump());
+  return f.at(key);
+}
+
+// compressed-tensors, format float-quantized: one config group of float8 weights (per channel,
+// per tensor or in 128 x 128 blocks), activations unquantized or quantized at run time (which
+// this toolchain, computing them in f32, does not need), the KV cache unquantized.
+void read_compressed_tensors(const Fields& f, const std::string& file, HfQuant& q) {
+  const auto fmt = f.text("format");
+  if (fmt != "float-quantized")
+    f.fail_field("format", "is " + shown(f, "format") + "; supported: float-quantized (float8 weights)");
+  if (auto status = f.text("quantization_status"); status && *status != "compressed")
+    f.fail_field("quantization_status", "is '" + *status + "'; supported: compressed (the weights stored in float8)");
+  if (f.has("kv_cache_scheme")) f.fail_field("kv_cache_scheme", "is set: a quantized KV cache is not supported (it is bf16)");
+  if (f.has("transform_config")) f.fail_field("transform_config", "is set: transformed (rotated) weights are not supported");
+  if (f.has("sparsity_config")) {
+    const json& sp = f.at("sparsity_config");
+    const bool dense = sp.is_object() && (sp.empty() || (sp.contains("format") && sp.at("format") == "dense"));
+    if (!dense) f.fail_field("sparsity_config", "is " + sp.dump() + ": sparse checkpoints are not supported");
+  }
+
+  const json& groups = object_at(f, "config_groups");
+  if (groups.size() != 1)
+    f.fail_field("config_groups", "holds " + std::to_string(groups.size()) +
+                                      " groups; supported: exactly one (one scheme for every projection)");
+  const std::string group = "quantization_config.config_groups." + groups.begin().key() + ".";
+  if (!groups.begin().value().is_object()) fail(file, "'" + group.substr(0, group.size() - 1) + "' must be an object");
+  const Fields g(groups.begin().value(), file, group);
+  const json* targets = g.has("targets") ? &g.at("targets") : nullptr;
+  if (!targets || !targets->is_array() || std::find(targets->begin(), targets->end(), json("Linear")) == targets->end())
+    g.fail_field("targets", "is " + shown(g, "targets") + "; supported: a list holding \"Linear\" (every projection)");
+  if (auto gfmt = g.text("format"); gfmt && *gfmt != "float-quantized")
+    g.fail_field("format", "is '" + *gfmt + "'; supported: float-quantized (float8 weights)");
+  if (g.has("output_activations")) g.fail_field("output_activations", "is set: quantized outputs are not supported");
+  if (g.has("input_activations")) {
+    // Quantized at run time (dynamic), activations need nothing from the checkpoint; static ones
+    // come with input scales for float8 matrix products, which this toolchain does not do.
+    const Fields a(object_at(g, "input_activations"), file, group + "input_activations.");
+    if (!(a.has("dynamic") && a.at("dynamic") == json(true)))
+      a.fail_field("dynamic", "is " + shown(a, "dynamic") +
+                                  ": static activation scales (float8 activations) are not supported; supported: true");
+  }
+
+  const Fields w(object_at(g, "weights"), file, group + "weights.");
+  if (!(w.has("num_bits") && w.at("num_bits") == json(8)))
+    w.fail_field("num_bits", "is " + shown(w, "num_bits") + "; supported: 8 (float8 e4m3)");
+  if (w.text("type") != "float")
+    w.fail_field("type", "is " + shown(w, "type") + "; supported: float (float8 e4m3; integer weights are not supported)");
+  if (w.boolean("symmetric") == false) w.fail_field("symmetric", "is false: weights with zero points are not supported");
+  if (w.has("dynamic") && w.at("dynamic") != json(false))
+    w.fail_field("dynamic", "is " + w.at("dynamic").dump() + ": weights quantized at run time are not supported");
+  const std::string strategy = w.text("strategy").value_or("");
+  if (strategy == "channel") {
+    q.layout = "row";
+  } else if (strategy == "tensor") {
+    q.layout = "tensor";
+  } else if (strategy == "block") {
+    if (!(w.has("block_structure") && w.at("block_structure") == json({128, 128})))
+      w.fail_field("block_structure", "is " + shown(w, "block_structure") + "; supported: [128, 128]");
+    q.layout = "block128";
+  } else {
+    w.fail_field("strategy", "is " + shown(w, "strategy") + "; supported: channel, tensor, block (128 x 128)");
+  }
+  q.scale_suffix = "weight_scale";
+}
+
+// transformers' fp8 (FineGrainedFP8Config, also AutoFP8's checkpoints): e4m3 weights in 128 x
+// 128 blocks whose scales are stored as weight_scale_inv (a multiplier despite the name), or one
+// weight_scale per tensor without weight_block_size; activations quantized at run time.
+void read_fp8(const Fields& f, HfQuant& q) {
+  if (auto fmt = f.text("fmt"); fmt && *fmt != "e4m3") f.fail_field("fmt", "is '" + *fmt + "'; supported: e4m3");
+  if (auto act = f.text("activation_scheme"); act && *act != "dynamic")
+    f.fail_field("activation_scheme", "is '" + *act + "': static activation scales (float8 activations) are not supported; "
+                                      "supported: dynamic");
+  if (f.has("weight_block_size")) {
+    if (f.at("weight_block_size") != json({128, 128}))
+      f.fail_field("weight_block_size", "is " + f.at("weight_block_size").dump() + "; supported: [128, 128]");
+    q.layout = "block128";
+    q.scale_suffix = "weight_scale_inv";
+  } else {
+    q.layout = "tensor";
+    q.scale_suffix = "weight_scale";
+  }
+}
+
+// quantization_config: which weights are float8 and how their scales are laid out. Every layer
+// repeats one block of weights, so a projection is float8 in all layers or in none.
+HfQuant read_quant(const json& j, const std::string& file, int64_t layers, bool tied) {
+  HfQuant q;
+  const Fields top(j, file);
+  if (!top.has("quantization_config")) return q;
+  const Fields f(object_at(top, "quantization_config"), file, "quantization_config.");
+  const auto method = f.text("quant_method");
+  if (!method) fail(file, "missing " + f.name("quant_method") + "; " + kQuantMethods);
+  std::vector<IgnoreEntry> ignore;
+  // Whether an unlisted LM head is float8: compressed-tensors quantizes every Linear it is not
+  // told to ignore; transformers' fp8 leaves the LM head out unless modules_to_not_convert is
+  // given (get_modules_to_not_convert's default), and vLLM never quantizes it.
+  bool lm_head_listed = true;
+  std::string lm_head_field;
+  if (*method == "compressed-tensors") {
+    read_compressed_tensors(f, file, q);
+    ignore = read_ignore(f, "ignore", false);
+    lm_head_field = f.name("ignore");
+  } else if (*method == "fp8") {
+    read_fp8(f, q);
+    ignore = read_ignore(f, "modules_to_not_convert", true);
+    lm_head_listed = f.has("modules_to_not_convert");
+    lm_head_field = f.name("modules_to_not_convert");
+    for (IgnoreEntry& e : read_ignore(f, "ignored_layers", true)) ignore.push_back(std::move(e));
+  } else {
+    f.fail_field("quant_method", "is '" + *method + "'; " + kQuantMethods);
+  }
+  q.enabled = true;
+  q.method = *method;
+
+  for (const Projection& p : kProjections) {
+    const IgnoreEntry* first = nullptr;
+    std::string first_module, kept_module;
+    for (int64_t l = 0; l < layers; ++l) {
+      const std::string module = "model.layers." + std::to_string(l) + "." + p.module;
+      if (const IgnoreEntry* e = ignored_by(ignore, module)) {
+        if (!first) first = e, first_module = module;
+      } else if (kept_module.empty()) {
+        kept_module = module;
+      }
+    }
+    if (first && !kept_module.empty())
+      fail(file, first->field + " holds '" + first->text + "', which leaves " + first_module + " unquantized but not " +
+                     kept_module + ": the layers share one block of weights, so each projection is float8 in every "
+                     "layer or in none");
+    q.*p.flag = !first;
+  }
+  q.lm_head = lm_head_listed && !ignored_by(ignore, "lm_head");
+  if (q.lm_head && tied)
+    fail(file, lm_head_field + " does not name lm_head, but tie_word_embeddings is true: the tied table is read in bf16 "
+                               "by the embed op, so the LM head cannot be float8");
+  return q;
+}
+
 }  // namespace
 
 fs::path hf_config_file(const fs::path& path) {
@@ -168,7 +380,6 @@ HfConfig read_hf_config(const fs::path& path) {
   for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size"})
     if (f.has(key) && !(f.at(key).is_number() && f.at(key).get<double>() == 0))
       f.fail_field(key, "is " + f.at(key).dump() + ": mixture-of-experts models are not supported (dense decoders only)");
-  if (f.has("quantization_config")) f.fail_field("quantization_config", "is set: quantized checkpoints are not supported (bf16, f16 or f32 weights)");
   for (const char* key : {"hidden_act", "hidden_activation"})
     if (auto act = f.text(key); act && *act != "silu") f.fail_field(key, "is '" + *act + "'; only silu is supported");
   if (auto b = f.boolean("mlp_bias"); b && *b) f.fail_field("mlp_bias", "is true: biases on the MLP projections are not supported");
@@ -211,6 +422,7 @@ HfConfig read_hf_config(const fs::path& path) {
     c.eps = *eps;
   }
   c.tie_embeddings = f.boolean("tie_word_embeddings").value_or(false);
+  c.quant = read_quant(j, where, c.layers, c.tie_embeddings);
   c.qk_norm = qwen3;
   const bool attention_bias = f.boolean("attention_bias").value_or(false);
   c.qkv_bias = qwen2 || attention_bias;
@@ -243,6 +455,9 @@ std::string hf_model_yaml(const HfConfig& c, const std::string& name, NextToken 
   std::ostringstream y;
   y << "# " << c.architecture << ", generated by mkplan from " << c.file
     << ".\n# split, chunks and kv_splits are left to the planner (chosen for the SM count); write them to override.\n";
+  const HfQuant& q = c.quant;
+  if (q.enabled)
+    y << "# float8 e4m3 weights (quantization_config: " << q.method << "), each with its " << q.layout << " scales.\n";
   y << "model: " << name << "\n";
   y << "config:\n";
   y << "  hidden: " << c.hidden << "\n  inter: " << c.inter << "\n  heads: " << c.heads << "\n  kv_heads: " << c.kv_heads
@@ -260,11 +475,21 @@ std::string hf_model_yaml(const HfConfig& c, const std::string& name, NextToken 
   y << "weights:\n"
        "  embed: {key: model.embed_tokens.weight, shape: [vocab, hidden]}\n"
        "  final_norm: {key: model.norm.weight, shape: [hidden]}\n";
-  if (!c.tie_embeddings) y << "  lm_head: {key: lm_head.weight, shape: [vocab, hidden]}\n";
+  // A float8 weight's declaration ends with its dtype and the key and layout of its scales, stored
+  // beside it under the module's name.
+  const auto fp8 = [&](bool quantized, const std::string& module) -> std::string {
+    if (!quantized) return "";
+    return ", dtype: f8e4m3, scale: {key: \"" + module + "." + q.scale_suffix + "\", layout: " + q.layout + "}";
+  };
+  if (!c.tie_embeddings) y << "  lm_head: {key: lm_head.weight, shape: [vocab, hidden]" << fp8(q.lm_head, "lm_head") << "}\n";
   y << "\nactivations:\n"
        "  logits: {shape: [vocab]}\n"
        "  next_token: {shape: [1], dtype: i32}\n\n";
   const std::string L = "model.layers.{layer}.";
+  const auto projection = [&](const char* weight, const char* module, const char* shape, bool quantized) {
+    y << "        " << weight << "{layer}: {key: \"" << L << module << ".weight\", shape: [" << shape << "]"
+      << fp8(quantized, L + module) << "}\n";
+  };
   y << "ops:\n"
        "  - {op: embed, table: embed, out: x0}\n"
        "  - repeat:\n"
@@ -272,9 +497,9 @@ std::string hf_model_yaml(const HfConfig& c, const std::string& name, NextToken 
        "      as: layer\n"
        "      weights:\n";
   y << "        attn_norm{layer}: {key: \"" << L << "input_layernorm.weight\", shape: [hidden]}\n";
-  y << "        wq{layer}: {key: \"" << L << "self_attn.q_proj.weight\", shape: [heads*head_dim, hidden]}\n";
-  y << "        wk{layer}: {key: \"" << L << "self_attn.k_proj.weight\", shape: [kv_heads*head_dim, hidden]}\n";
-  y << "        wv{layer}: {key: \"" << L << "self_attn.v_proj.weight\", shape: [kv_heads*head_dim, hidden]}\n";
+  projection("wq", "self_attn.q_proj", "heads*head_dim, hidden", q.q);
+  projection("wk", "self_attn.k_proj", "kv_heads*head_dim, hidden", q.k);
+  projection("wv", "self_attn.v_proj", "kv_heads*head_dim, hidden", q.v);
   if (c.qkv_bias) {
     y << "        bq{layer}: {key: \"" << L << "self_attn.q_proj.bias\", shape: [heads*head_dim]}\n";
     y << "        bk{layer}: {key: \"" << L << "self_attn.k_proj.bias\", shape: [kv_heads*head_dim]}\n";
@@ -284,12 +509,12 @@ std::string hf_model_yaml(const HfConfig& c, const std::string& name, NextToken 
     y << "        q_norm{layer}: {key: \"" << L << "self_attn.q_norm.weight\", shape: [head_dim]}\n";
     y << "        k_norm{layer}: {key: \"" << L << "self_attn.k_norm.weight\", shape: [head_dim]}\n";
   }
-  y << "        wo{layer}: {key: \"" << L << "self_attn.o_proj.weight\", shape: [hidden, heads*head_dim]}\n";
+  projection("wo", "self_attn.o_proj", "hidden, heads*head_dim", q.o);
   if (c.o_bias) y << "        bo{layer}: {key: \"" << L << "self_attn.o_proj.bias\", shape: [hidden]}\n";
   y << "        mlp_norm{layer}: {key: \"" << L << "post_attention_layernorm.weight\", shape: [hidden]}\n";
-  y << "        wg{layer}: {key: \"" << L << "mlp.gate_proj.weight\", shape: [inter, hidden]}\n";
-  y << "        wu{layer}: {key: \"" << L << "mlp.up_proj.weight\", shape: [inter, hidden]}\n";
-  y << "        wd{layer}: {key: \"" << L << "mlp.down_proj.weight\", shape: [hidden, inter]}\n";
+  projection("wg", "mlp.gate_proj", "inter, hidden", q.gate);
+  projection("wu", "mlp.up_proj", "inter, hidden", q.up);
+  projection("wd", "mlp.down_proj", "hidden, inter", q.down);
   y << "      kv_caches:\n"
        "        k{layer}: {shape: [kv_heads, head_dim]}\n"
        "        v{layer}: {shape: [kv_heads, head_dim]}\n"

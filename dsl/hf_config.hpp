@@ -2,9 +2,12 @@
 // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v biases) and Qwen3ForCausalLM
 // (per-head q/k RMSNorm). config.json is read as published on the Hub (rope_theta,
 // rope_scaling, torch_dtype, head_dim left out) and as transformers 5 saves it (rope_parameters,
-// dtype). Anything the toolchain cannot run (mixture of experts, a sliding window in use, a rope
-// type other than default and llama3, an activation other than silu, quantization) is refused
-// with one dsl::Error located at config.json that names the field.
+// dtype). FP8 checkpoints are read as published: quantization_config of compressed-tensors
+// (float-quantized, RedHat / neuralmagic *-FP8) or of transformers' fp8 (Qwen *-FP8, DeepSeek
+// style), their projections float8 e4m3 with f32 scales beside them. Anything the toolchain cannot
+// run (mixture of experts, a sliding window in use, a rope type other than default and llama3, an
+// activation other than silu, other quantizations: int8, int4, float8 activations or KV cache) is
+// refused with one dsl::Error located at config.json that names the field.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -14,6 +17,18 @@
 #include "dsl/model.hpp"
 
 namespace mk::dsl {
+
+// Float8 (e4m3) weights, from quantization_config: which projections are stored so and where
+// their scales are. Embeddings, norms and biases stay bf16; activations are computed in f32.
+struct HfQuant {
+  bool enabled = false;
+  std::string method;        // compressed-tensors or fp8 (quant_method as written)
+  std::string layout;        // the scales' layout (dsl weight `scale:`): tensor, row or block128
+  std::string scale_suffix;  // the scale's key after the module's "<module>.": weight_scale or weight_scale_inv
+  // Each projection of every layer, and the LM head, float8 unless the ignore list names it (fp8:
+  // the LM head only where modules_to_not_convert is given, as transformers reads it).
+  bool q = false, k = false, v = false, o = false, gate = false, up = false, down = false, lm_head = false;
+};
 
 struct HfConfig {
   std::string file;          // the config.json read (error messages name it)
@@ -28,6 +43,7 @@ struct HfConfig {
   std::string rope_scaling = "none";  // none or llama3
   double rope_factor = 1, rope_low_freq_factor = 1, rope_high_freq_factor = 4, rope_original_max_position = 8192;
   std::optional<int64_t> sliding_window;  // Mistral: contexts up to it are exact
+  HfQuant quant;                          // enabled only with a quantization_config
 };
 
 // `path` is a checkpoint folder (its config.json) or a config.json file.

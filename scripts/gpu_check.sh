@@ -10,7 +10,8 @@
 # LONG=only runs the GPU tests, the benchmark and that set alone), the comparisons with transformers (the
 # examples, then models planned straight from config.json: tests/gpu/hf_import_check.sh), mkrun
 # end-to-end timings and a trace, compute-sanitizer on the tiny models (SAN=0 skips it), and the
-# Qwen3-4B comparison and timing last. BUDGET (seconds, default 540) bounds the whole call: a step that would start
+# Qwen3-4B comparison and timing last. The float8 comparisons with transformers run after the
+# baselines' table (FP8=0 skips them; FP8=only runs the GPU tests, unless GPU_TESTS=0, and them alone). BUDGET (seconds, default 540) bounds the whole call: a step that would start
 # with too little time left is skipped and says so.
 # Binaries come prebuilt in $BIN (scripts/gpu_build.sh on the development machine).
 # Everything printed goes to $LOG/gpu_check.log, and $LOG/RESULTS-table.md gets the table
@@ -42,6 +43,22 @@ bounded() {  # seconds, command...: runs it; a time-out counts as a failure
   return $rc
 }
 
+# Float8 checkpoints against transformers float32 on the same weights dequantized (transformers
+# bf16's error on them the bar); Qwen3-4B past 8K positions.
+fp8_compare() {  # example, layout, seconds, hf_compare.py options...
+  step "transformers comparison, float8: $1 ($2${4:+, ${*:4}})"
+  bounded "$3" python3 tests/gpu/hf_compare.py --example "examples/$1.yaml" --fp8 "$2" --bin "$BIN" --work "$WORK/fp8-$1-$2" \
+    "${@:4}" 2>&1 | grep -v "Writing model shards" || status=1
+}
+fp8_set() {
+  fp8_compare tiny-llama row 60
+  fp8_compare tiny-qwen3 block128 60
+  fp8_compare tiny-llama tensor 60
+  fp8_compare llama-3.2-1b row 150
+  fp8_compare llama-3.2-1b row 150 --max-tokens 16 --prompt 100
+  fp8_compare qwen3-4b block128 300 --prompt 8200 --tokens 33
+}
+
 step "GPU"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,clocks.mem --format=csv
 date -u
@@ -51,6 +68,13 @@ if [ "${GPU_TESTS:-1}" != 0 ]; then
   step "GPU tests"
   # The suite took ~117 s at fa121ab and 183 s at 5e78137 (20 test cases) on a cold machine.
   bounded 260 "$BIN/mk_gpu_tests" || status=1
+fi
+
+if [ "${FP8:-1}" = only ]; then
+  fp8_set
+  step "result"
+  [ $status = 0 ] && echo "all GPU checks passed" || echo "SOME GPU CHECKS FAILED"
+  exit $status
 fi
 
 if [ "${SAN_ONLY:-0}" != 1 ]; then
@@ -104,6 +128,7 @@ if [ "${LONG:-0}" != 0 ]; then  # the long-context set: attention's share of the
     exit $status
   fi
 fi
+[ "${FP8:-1}" != 0 ] && fp8_set
 if [ "${BASELINES:-1}" != 0 ]; then
 step "baselines: PyTorch eager, CUDA graph, torch.compile (same shapes, random weights)"
 if [ "${COMPILE:-1}" != 0 ]; then  # torch.compile max-autotune takes about two minutes

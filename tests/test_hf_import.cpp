@@ -1,7 +1,8 @@
 // Checkpoint folders planned from their config.json (dsl/hf_config.cpp): the generated plans of
 // real shapes equal the hand-written examples'; tiny configs of each family, with random weights,
 // run on the emulator as the independent reference does (any GQA ratio, biases, head_dim 256);
-// every unsupported config field is refused by name. Also the planner's own choices of split,
+// FP8 configs (compressed-tensors, fp8) give float8 projections with the scales their checkpoints
+// store, and run so too; every unsupported config field is refused by name. Also the planner's own choices of split,
 // chunks and kv_splits, biases in YAML and the unused-weight refusal.
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -162,8 +163,10 @@ TEST_CASE("hf import: --sample ends the model with a sample op, greedy (argmax's
 namespace {
 
 // A tiny config of one family, planned from config.json at `sms` SMs, random weights written
-// beside it, then the emulator against the reference over a prompt and greedy steps.
-void check_family(const std::string& json, uint32_t sms, uint64_t seed) {
+// beside it (`stored`: keys and the safetensors dtype each must have), then the emulator against
+// the reference over a prompt and greedy steps.
+void check_family(const std::string& json, uint32_t sms, uint64_t seed,
+                  const std::vector<std::pair<std::string, std::string>>& stored = {}) {
   TempDir dir;
   write_config(dir.path, json);
   const mk::dsl::ModelGraph model = mk::dsl::import_hf_model(dir.path);
@@ -199,6 +202,11 @@ void check_family(const std::string& json, uint32_t sms, uint64_t seed) {
   CHECK((ckpt.find("model.layers.0.self_attn.q_proj.bias") != nullptr) == (qwen2 || attention_bias));
   CHECK((ckpt.find("model.layers.0.self_attn.o_proj.bias") != nullptr) == ((llama || qwen3) && attention_bias));
   CHECK((ckpt.find("model.layers.0.self_attn.q_norm.weight") != nullptr) == qwen3);
+  for (const auto& [key, dtype] : stored) {
+    CAPTURE(key);
+    REQUIRE(ckpt.find(key) != nullptr);
+    CHECK(ckpt.find(key)->stored_dtype == dtype);
+  }
   const uint32_t vocab = static_cast<uint32_t>(s.tensors[s.logits_tensor].elements());
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab) - 1);
@@ -296,7 +304,8 @@ TEST_CASE("hf import: every unsupported config field is refused by name") {
       {with("Qwen3ForCausalLM", "\"layer_types\": [\"full_attention\", \"sliding_attention\"]"),
        "'layer_types' holds \"sliding_attention\": only full_attention layers are supported"},
       {with("LlamaForCausalLM", "\"mlp_bias\": true"), "'mlp_bias' is true"},
-      {with("LlamaForCausalLM", "\"quantization_config\": {\"quant_method\": \"gptq\"}"), "'quantization_config' is set"},
+      {with("LlamaForCausalLM", "\"quantization_config\": {\"quant_method\": \"gptq\"}"),
+       "'quantization_config.quant_method' is 'gptq'; supported: compressed-tensors (float8 weights), fp8"},
       {with("LlamaForCausalLM", "\"torch_dtype\": \"int8\""), "'torch_dtype' is 'int8'; supported: bfloat16, float16, float32"},
       {"{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 256, \"intermediate_size\": 512, \"num_attention_heads\": 8, "
        "\"num_key_value_heads\": 3, \"num_hidden_layers\": 2, \"vocab_size\": 512}",
@@ -322,6 +331,296 @@ TEST_CASE("hf import: every unsupported config field is refused by name") {
   }
   TempDir empty;
   CHECK_THROWS_WITH_AS((void)mk::dsl::import_hf_model(empty.path), doctest::Contains("no config.json here"), mk::dsl::Error);
+}
+
+namespace {
+
+// RedHatAI's Llama-3.x *-FP8-dynamic quantization_config as published: compressed-tensors, float8
+// weights with a scale per output channel, activations quantized at run time, lm_head left out.
+const std::string kCompressedTensorsFp8 = R"({"config_groups": {"group_0": {"input_activations": {"dynamic": true,
+    "num_bits": 8, "strategy": "token", "symmetric": true, "type": "float"}, "output_activations": null,
+    "targets": ["Linear"], "weights": {"dynamic": false, "num_bits": 8, "strategy": "channel", "symmetric": true,
+    "type": "float", "group_size": null, "block_structure": null}}}, "format": "float-quantized", "ignore": ["lm_head"],
+    "kv_cache_scheme": null, "quant_method": "compressed-tensors", "quantization_status": "compressed"})";
+
+// Qwen/Qwen3-4B-FP8's: transformers' fp8, 128 x 128 blocks.
+const std::string kQwenFp8 =
+    R"({"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]})";
+
+// A tiny config.json of `arch` (2 layers, a separate lm_head unless tied) with `quant` as its
+// quantization_config.
+std::string fp8_config(const std::string& quant, bool tied = false, const std::string& arch = "LlamaForCausalLM") {
+  return R"({"architectures": [")" + arch + R"("], "hidden_size": 256, "intermediate_size": 384,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 2, "vocab_size": 320,
+    "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": )" +
+         (tied ? "true" : "false") + R"(, "torch_dtype": "bfloat16", "quantization_config": )" + quant + "}";
+}
+
+// compressed-tensors' quantization_config with its one group's weights as `weights`, `rest` (more
+// fields, each with a trailing comma) at its top and `group` (the same) in the group.
+std::string compressed_tensors(const std::string& weights, const std::string& rest = R"("ignore": ["lm_head"],)",
+                               const std::string& group = R"("input_activations": {"dynamic": true, "num_bits": 8},)") {
+  return R"({"config_groups": {"group_0": {"targets": ["Linear"], )" + group + R"( "weights": )" + weights + "}}, " + rest +
+         R"( "format": "float-quantized", "quant_method": "compressed-tensors", "quantization_status": "compressed"})";
+}
+const std::string kChannel = R"({"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true, "dynamic": false})";
+
+bool holds(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+struct Imported {
+  mk::dsl::ModelGraph model;
+  std::string yaml;
+};
+Imported import_json(const std::string& json) {
+  TempDir dir;
+  write_config(dir.path, json);
+  Imported out;
+  out.model = mk::dsl::import_hf_model(dir.path, &out.yaml);
+  return out;
+}
+
+// The projections of a layer: weight name, module after "model.layers.N.".
+const std::vector<std::pair<std::string, std::string>> kProjections = {
+    {"wq", "self_attn.q_proj"}, {"wk", "self_attn.k_proj"}, {"wv", "self_attn.v_proj"}, {"wo", "self_attn.o_proj"},
+    {"wg", "mlp.gate_proj"},    {"wu", "mlp.up_proj"},      {"wd", "mlp.down_proj"}};
+
+// Weight `name` of the parsed model: float8 with scales `scale_key` of `layout`, or bf16 without
+// any (scale_key empty).
+void check_weight(const mk::dsl::ModelGraph& m, const std::string& name, const std::string& scale_key,
+                  const std::string& layout = "") {
+  CAPTURE(name);
+  const mk::dsl::TensorDecl* t = m.find_tensor(name);
+  REQUIRE(t != nullptr);
+  CHECK(t->kind == mk::dsl::TensorKind::weight);
+  CHECK(t->dtype == (scale_key.empty() ? "bf16" : "f8e4m3"));
+  CHECK(t->scale_key == scale_key);
+  CHECK(t->scale_layout == (scale_key.empty() ? "" : layout));
+}
+
+// Every projection of both layers: float8 with "<module>.<suffix>" scales of `layout`, but those
+// of `bf16` (weight names).
+void check_projections(const mk::dsl::ModelGraph& m, const std::string& suffix, const std::string& layout,
+                       const std::vector<std::string>& bf16 = {}) {
+  for (int layer = 0; layer < 2; ++layer)
+    for (const auto& [weight, module] : kProjections) {
+      const bool kept = std::find(bf16.begin(), bf16.end(), weight) != bf16.end();
+      const std::string key = "model.layers." + std::to_string(layer) + "." + module + "." + suffix;
+      check_weight(m, weight + std::to_string(layer), kept ? "" : key, layout);
+    }
+}
+
+// The generated declaration of projection `weight` (e.g. "wq"), float8 with scales of `layout`.
+std::string fp8_line(const std::string& weight, const std::string& module, const std::string& shape,
+                     const std::string& suffix, const std::string& layout) {
+  const std::string key = "model.layers.{layer}." + module;
+  return "        " + weight + "{layer}: {key: \"" + key + ".weight\", shape: [" + shape + "], dtype: f8e4m3, scale: {key: \"" +
+         key + "." + suffix + "\", layout: " + layout + "}}\n";
+}
+
+}  // namespace
+
+TEST_CASE("hf import: compressed-tensors FP8 configs (RedHatAI *-FP8) give float8 projections scaled by weight_scale") {
+  SUBCASE("per channel, as published: scales by row; embeddings, norms and the ignored lm_head stay bf16") {
+    const Imported im = import_json(fp8_config(kCompressedTensorsFp8));
+    CHECK(holds(im.yaml, fp8_line("wq", "self_attn.q_proj", "heads*head_dim, hidden", "weight_scale", "row")));
+    CHECK(holds(im.yaml, fp8_line("wk", "self_attn.k_proj", "kv_heads*head_dim, hidden", "weight_scale", "row")));
+    CHECK(holds(im.yaml, fp8_line("wo", "self_attn.o_proj", "hidden, heads*head_dim", "weight_scale", "row")));
+    CHECK(holds(im.yaml, fp8_line("wd", "mlp.down_proj", "hidden, inter", "weight_scale", "row")));
+    CHECK(holds(im.yaml, "  lm_head: {key: lm_head.weight, shape: [vocab, hidden]}\n"));
+    CHECK(holds(im.yaml, "  embed: {key: model.embed_tokens.weight, shape: [vocab, hidden]}\n"));
+    check_projections(im.model, "weight_scale", "row");
+    for (const char* bf16 : {"embed", "final_norm", "lm_head", "attn_norm0", "mlp_norm1"}) check_weight(im.model, bf16, "");
+  }
+  SUBCASE("per tensor: one scale a weight") {
+    const std::string tensor = R"({"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": true, "dynamic": false})";
+    const Imported im = import_json(fp8_config(compressed_tensors(tensor)));
+    CHECK(holds(im.yaml, fp8_line("wu", "mlp.up_proj", "inter, hidden", "weight_scale", "tensor")));
+    check_projections(im.model, "weight_scale", "tensor");
+  }
+  SUBCASE("128 x 128 blocks; no input_activations at all (weight-only)") {
+    const std::string block = R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]})";
+    const std::string json = R"({"config_groups": {"group_0": {"targets": ["Linear"], "weights": )" + block +
+                             R"(}}, "ignore": ["lm_head"], "format": "float-quantized", "quant_method": "compressed-tensors"})";
+    const Imported im = import_json(fp8_config(json));
+    CHECK(holds(im.yaml, fp8_line("wg", "mlp.gate_proj", "inter, hidden", "weight_scale", "block128")));
+    check_projections(im.model, "weight_scale", "block128");
+  }
+  SUBCASE("Qwen2: the q/k/v biases stay bf16") {
+    const Imported im = import_json(fp8_config(kCompressedTensorsFp8, true, "Qwen2ForCausalLM"));
+    check_projections(im.model, "weight_scale", "row");
+    for (const char* bias : {"bq0", "bk0", "bv1"}) check_weight(im.model, bias, "");
+  }
+  SUBCASE("without quantization_config the YAML names no dtype or scale (as before)") {
+    const Imported im = import_json(kLlama31_8B);
+    CHECK(!holds(im.yaml, "dtype: f8e4m3"));
+    CHECK(!holds(im.yaml, "scale:"));
+    CHECK(!holds(im.yaml, "float8"));
+    CHECK(holds(im.yaml, "        wq{layer}: {key: \"model.layers.{layer}.self_attn.q_proj.weight\", "
+                         "shape: [heads*head_dim, hidden]}\n"));
+    check_weight(im.model, "wq0", "");
+  }
+}
+
+TEST_CASE("hf import: fp8 configs (Qwen *-FP8, DeepSeek style) give 128 x 128 blocks scaled by weight_scale_inv") {
+  SUBCASE("Qwen3-4B-FP8 as published: tied, so no lm_head; q/k norms bf16") {
+    std::string json = kQwen3_4B;
+    json.insert(json.rfind('}'), ", \"quantization_config\": " + kQwenFp8);
+    const Imported im = import_json(json);
+    CHECK(holds(im.yaml, fp8_line("wq", "self_attn.q_proj", "heads*head_dim, hidden", "weight_scale_inv", "block128")));
+    CHECK(!holds(im.yaml, "lm_head"));
+    for (int layer : {0, 35}) {
+      const std::string l = std::to_string(layer);
+      check_weight(im.model, "wv" + l, "model.layers." + l + ".self_attn.v_proj.weight_scale_inv", "block128");
+      check_weight(im.model, "wd" + l, "model.layers." + l + ".mlp.down_proj.weight_scale_inv", "block128");
+      check_weight(im.model, "q_norm" + l, "");
+    }
+    check_weight(im.model, "embed", "");
+  }
+  SUBCASE("untied without modules_to_not_convert: the LM head stays bf16 (transformers' default skip)") {
+    const Imported im = import_json(fp8_config(kQwenFp8));
+    check_projections(im.model, "weight_scale_inv", "block128");
+    check_weight(im.model, "lm_head", "");
+    CHECK(holds(im.yaml, "  lm_head: {key: lm_head.weight, shape: [vocab, hidden]}\n"));
+  }
+  SUBCASE("without weight_block_size: one weight_scale a tensor (AutoFP8's)") {
+    const Imported im = import_json(fp8_config(R"({"activation_scheme": "dynamic", "quant_method": "fp8"})"));
+    CHECK(holds(im.yaml, fp8_line("wv", "self_attn.v_proj", "kv_heads*head_dim, hidden", "weight_scale", "tensor")));
+    check_projections(im.model, "weight_scale", "tensor");
+  }
+}
+
+TEST_CASE("hf import: FP8 ignore lists leave what they name bf16 (names, re: regexes); the LM head is float8 unless ignored") {
+  SUBCASE("compressed-tensors: a name per layer, a regex for every layer's down_proj, lm_head") {
+    const std::string ignore = R"("ignore": ["lm_head", "model.layers.0.self_attn.o_proj", "model.layers.1.self_attn.o_proj",
+                                             "re:.*mlp\\.down_proj$"],)";
+    const Imported im = import_json(fp8_config(compressed_tensors(kChannel, ignore)));
+    check_projections(im.model, "weight_scale", "row", {"wo", "wd"});
+    check_weight(im.model, "lm_head", "");
+    CHECK(holds(im.yaml, "        wo{layer}: {key: \"model.layers.{layer}.self_attn.o_proj.weight\", "
+                         "shape: [hidden, heads*head_dim]}\n"));
+  }
+  SUBCASE("compressed-tensors: nothing ignored, so the untied LM head is float8 with the same layout") {
+    const Imported im = import_json(fp8_config(compressed_tensors(kChannel, R"("ignore": [],)")));
+    check_projections(im.model, "weight_scale", "row");
+    check_weight(im.model, "lm_head", "lm_head.weight_scale", "row");
+    CHECK(holds(im.yaml, "  lm_head: {key: lm_head.weight, shape: [vocab, hidden], dtype: f8e4m3, scale: {key: "
+                       "\"lm_head.weight_scale\", layout: row}}\n"));
+  }
+  SUBCASE("compressed-tensors: a regex naming the LM head") {
+    const Imported im = import_json(fp8_config(compressed_tensors(kChannel, R"("ignore": ["re:.*lm_head"],)")));
+    check_weight(im.model, "lm_head", "");
+    check_projections(im.model, "weight_scale", "row");
+  }
+  SUBCASE("fp8: modules_to_not_convert given without lm_head makes it float8; a plain name matches as a suffix") {
+    const Imported im = import_json(fp8_config(
+        R"({"quant_method": "fp8", "weight_block_size": [128, 128], "modules_to_not_convert": ["mlp.down_proj"]})"));
+    check_projections(im.model, "weight_scale_inv", "block128", {"wd"});
+    check_weight(im.model, "lm_head", "lm_head.weight_scale_inv", "block128");
+  }
+  SUBCASE("fp8: ignored_layers (AutoFP8) with exact names") {
+    const Imported im = import_json(fp8_config(R"({"quant_method": "fp8",
+        "ignored_layers": ["lm_head", "model.layers.0.mlp.gate_proj", "model.layers.1.mlp.gate_proj"]})"));
+    check_projections(im.model, "weight_scale", "tensor", {"wg"});
+    check_weight(im.model, "lm_head", "");
+  }
+}
+
+TEST_CASE("hf import: tiny FP8 models of each format on the emulator match the reference (which dequantizes on its own)") {
+  const std::string q = "model.layers.0.self_attn.q_proj.", down = "model.layers.1.mlp.down_proj.";
+  SUBCASE("compressed-tensors per channel, the LM head float8 too") {
+    for (uint32_t sms : {3u, 132u})
+      check_family(fp8_config(compressed_tensors(kChannel, R"("ignore": [],)")), sms, 31,
+                   {{q + "weight", "F8_E4M3"}, {q + "weight_scale", "F32"}, {"lm_head.weight", "F8_E4M3"},
+                    {"lm_head.weight_scale", "F32"}, {"model.embed_tokens.weight", "BF16"}});
+  }
+  SUBCASE("compressed-tensors per tensor, down_proj left bf16") {
+    const std::string tensor = R"({"num_bits": 8, "type": "float", "strategy": "tensor"})";
+    check_family(fp8_config(compressed_tensors(tensor, R"("ignore": ["lm_head", "re:.*down_proj"],)")), 7, 32,
+                 {{q + "weight", "F8_E4M3"}, {down + "weight", "BF16"}, {"lm_head.weight", "BF16"}});
+  }
+  SUBCASE("fp8 128 x 128 blocks (weight_scale_inv), Qwen3, tied") {
+    check_family(fp8_config(kQwenFp8, true, "Qwen3ForCausalLM"), 5, 40,
+                 {{down + "weight", "F8_E4M3"}, {down + "weight_scale_inv", "F32"},
+                  {"model.layers.0.self_attn.q_norm.weight", "BF16"}});
+  }
+  SUBCASE("fp8 blocks, Qwen2 (biases bf16), the LM head float8 (modules_to_not_convert given)") {
+    check_family(fp8_config(R"({"quant_method": "fp8", "weight_block_size": [128, 128], "modules_to_not_convert": []})", false,
+                            "Qwen2ForCausalLM"),
+                 9, 34, {{q + "weight", "F8_E4M3"}, {q + "bias", "BF16"}, {"lm_head.weight_scale_inv", "F32"}});
+  }
+}
+
+TEST_CASE("hf import: FP8 configs the toolchain cannot run are refused by the field that says so") {
+  const std::string group = "'quantization_config.config_groups.group_0.";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {fp8_config(R"({"quant_method": "awq", "bits": 4})"),
+       "'quantization_config.quant_method' is 'awq'; supported: compressed-tensors (float8 weights), fp8"},
+      {fp8_config(R"({"bits": 4})"), "missing 'quantization_config.quant_method'"},
+      {fp8_config(R"("fp8")"), "'quantization_config' must be an object, found \"fp8\""},
+      // fp8
+      {fp8_config(R"({"quant_method": "fp8", "fmt": "e5m2", "weight_block_size": [128, 128]})"),
+       "'quantization_config.fmt' is 'e5m2'; supported: e4m3"},
+      {fp8_config(R"({"quant_method": "fp8", "activation_scheme": "static"})"),
+       "'quantization_config.activation_scheme' is 'static': static activation scales (float8 activations) are not supported"},
+      {fp8_config(R"({"quant_method": "fp8", "weight_block_size": [64, 64]})"),
+       "'quantization_config.weight_block_size' is [64,64]; supported: [128, 128]"},
+      {fp8_config(R"({"quant_method": "fp8", "modules_to_not_convert": []})", true),
+       "'quantization_config.modules_to_not_convert' does not name lm_head, but tie_word_embeddings is true"},
+      {fp8_config(R"({"quant_method": "fp8", "modules_to_not_convert": "lm_head"})"),
+       "'quantization_config.modules_to_not_convert' must be a list of module names, found \"lm_head\""},
+      // compressed-tensors
+      {fp8_config(compressed_tensors(kChannel, "", R"("input_activations": {"dynamic": false, "num_bits": 8},)")),
+       group + "input_activations.dynamic' is false: static activation scales (float8 activations) are not supported"},
+      {fp8_config(compressed_tensors(R"({"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128})")),
+       group + "weights.strategy' is 'group'; supported: channel, tensor, block (128 x 128)"},
+      {fp8_config(compressed_tensors(R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [64, 64]})")),
+       group + "weights.block_structure' is [64,64]; supported: [128, 128]"},
+      {fp8_config(compressed_tensors(R"({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128})")),
+       group + "weights.num_bits' is 4; supported: 8 (float8 e4m3)"},
+      {fp8_config(compressed_tensors(R"({"num_bits": 8, "type": "int", "strategy": "channel"})")),
+       group + "weights.type' is 'int'; supported: float"},
+      {fp8_config(compressed_tensors(R"({"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": false})")),
+       group + "weights.symmetric' is false"},
+      {fp8_config(compressed_tensors(kChannel, R"("ignore": ["lm_head", "model.layers.0.mlp.down_proj"],)")),
+       "'quantization_config.ignore' holds 'model.layers.0.mlp.down_proj', which leaves model.layers.0.mlp.down_proj "
+       "unquantized but not model.layers.1.mlp.down_proj"},
+      {fp8_config(compressed_tensors(kChannel, R"("ignore": ["re:.*layers\\.1\\.self_attn"],)")),
+       "'quantization_config.ignore' holds 're:.*layers\\.1\\.self_attn', which leaves model.layers.1.self_attn.q_proj "
+       "unquantized but not model.layers.0.self_attn.q_proj"},
+      {fp8_config(compressed_tensors(kChannel, R"("ignore": ["re:(lm_head"],)")),
+       "'quantization_config.ignore' holds 're:(lm_head', which is not a regular expression"},
+      {fp8_config(std::string(kCompressedTensorsFp8).replace(kCompressedTensorsFp8.find("[\"lm_head\"]"), 11, "[]"), true),
+       "'quantization_config.ignore' does not name lm_head, but tie_word_embeddings is true: the tied table is read in bf16"},
+      {fp8_config(compressed_tensors(kChannel, R"("ignore": ["lm_head"], "kv_cache_scheme": {"num_bits": 8, "type": "float"},)")),
+       "'quantization_config.kv_cache_scheme' is set: a quantized KV cache is not supported"},
+      {fp8_config(compressed_tensors(kChannel, "", R"("output_activations": {"num_bits": 8, "type": "float"},)")),
+       group + "output_activations' is set"},
+      {fp8_config(compressed_tensors(kChannel, R"("ignore": ["lm_head"], "sparsity_config": {"format": "sparse-24-bitmask"},)")),
+       "'quantization_config.sparsity_config' is {\"format\":\"sparse-24-bitmask\"}: sparse checkpoints are not supported"},
+      {fp8_config(R"({"config_groups": {"group_0": {"targets": ["Linear"], "weights": )" + kChannel +
+                  R"(}}, "format": "naive-quantized", "quant_method": "compressed-tensors"})"),
+       "'quantization_config.format' is 'naive-quantized'; supported: float-quantized"},
+      {fp8_config(R"({"config_groups": {"group_0": {"targets": ["Linear"], "weights": )" + kChannel +
+                  R"(}}, "format": "float-quantized", "quantization_status": "frozen", "quant_method": "compressed-tensors"})"),
+       "'quantization_config.quantization_status' is 'frozen'; supported: compressed"},
+      {fp8_config(R"({"config_groups": {"group_0": {"targets": ["Linear"], "weights": )" + kChannel +
+                  R"(}, "group_1": {"targets": ["Linear"], "weights": )" + kChannel +
+                  R"(}}, "format": "float-quantized", "quant_method": "compressed-tensors"})"),
+       "'quantization_config.config_groups' holds 2 groups; supported: exactly one"},
+      {fp8_config(R"({"config_groups": {"group_0": {"targets": ["re:.*q_proj"], "weights": )" + kChannel +
+                  R"(}}, "format": "float-quantized", "quant_method": "compressed-tensors"})"),
+       group + "targets' is [\"re:.*q_proj\"]; supported: a list holding \"Linear\""},
+      {fp8_config(R"({"config_groups": {"group_0": {"targets": ["Linear"]}}, "format": "float-quantized",
+                      "quant_method": "compressed-tensors"})"),
+       group + "weights' is missing"},
+  };
+  for (const auto& [json, message] : cases) {
+    CAPTURE(json);
+    const std::string e = import_error(json);
+    CAPTURE(e);
+    CHECK(e.find("config.json: ") != std::string::npos);
+    CHECK(e.find(message) != std::string::npos);
+  }
 }
 
 TEST_CASE("hf import: the planned values mkrun checks are read from either style of config.json") {
