@@ -38,25 +38,41 @@ def main():
         run = subprocess.run(args + ["-Xptxas", "-v"], cwd=entry["directory"], capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit("check_spills: the compile failed:\n" + run.stderr[-3000:])
-    spills = {}  # mangled name -> (stores, loads)
-    name = None
+    # Each kernel's functions are reported after it ("Compiling entry function K"): a body is
+    # checked as it is in each kernel instance, named "BODY@kernel<ARGS>" (no spaces, as a budget rule).
+    spills = {}  # (mangled kernel, mangled name) -> (stores, loads)
+    kernel = name = None
     for line in run.stderr.splitlines():
+        m = re.search(r"Compiling entry function '(\S+)'", line)
+        if m:
+            kernel = m.group(1)
+            continue
         m = re.search(r"Function properties for (\S+)", line)
         if m:
             name = m.group(1)
             continue
         m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
         if m and name:
-            spills[name] = (int(m.group(1)), int(m.group(2)))
+            spills[(kernel, name)] = (int(m.group(1)), int(m.group(2)))
             name = None
     if not spills:
         sys.exit("check_spills: ptxas reported no function")
-    names = subprocess.run(["c++filt"], input="\n".join(spills), capture_output=True, text=True).stdout.splitlines()
+    mangled = sorted({k for key in spills for k in key if k})
+    demangled = dict(zip(mangled, subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True,
+                                                  text=True).stdout.splitlines()))
+
+    def readable_name(kernel, name):
+        text = re.sub(r"_INTERNAL_\w+::|\(anonymous namespace\)::", "", demangled[name]).split("(")[0].replace(", ", ",")
+        if name == kernel or not kernel:
+            return text
+        args = re.search(r"<.*>", demangled[kernel].split("(")[0])
+        return f"{text}@kernel{args.group(0).replace(', ', ',') if args else ''}"
+
     rules, over = budget(), []
-    for (mangled, (stores, loads)), readable in zip(spills.items(), names):
-        readable = re.sub(r"_INTERNAL_\w+::|\(anonymous namespace\)::", "", readable)
+    for (kernel, name), (stores, loads) in spills.items():
+        readable = readable_name(kernel, name)
         rule = next(r for r in rules if r[0] == "*" or r[0] in readable)
-        short = readable.split("(")[0]
+        short = readable
         line = f"{short}: {stores} bytes of spill stores, {loads} of loads (budget {rule[1]} / {rule[2]})"
         if stores > rule[1] or loads > rule[2]:
             over.append(line)

@@ -73,6 +73,7 @@ struct CudaExecutor::State {
   uint32_t max_target = 1;
   uint32_t shared = 0;
   uint32_t stages = 0;
+  bool f8 = false;  // the schedule has float8 weights: the kernel instances with their bodies (WeightKinds)
   uint64_t launches = 0;
   cudaStream_t stream = nullptr;
   // The launches not yet waited for, in launch order: the token histories each may write (slot,
@@ -140,6 +141,7 @@ uint64_t cuda_free_memory() {
 
 CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& opt) : st_(std::make_unique<State>()) {
   st_->s = &s;
+  for (const schedule::Tensor& t : s.tensors) st_->f8 |= t.dtype == schedule::DType::f8e4m3;
   st_->opt = opt;
   const int sms = cuda_device_sm_count();
   if (sms == 0) throw CudaError("no usable CUDA GPU");
@@ -163,7 +165,8 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
   // ops' own: the matvec's tile geometry, the attention's RoPE and norm tables).
   cudaFuncAttributes attr{};
   // (The two instances' static shared memory: the larger.)
-  for (const auto kernel : {interpreter_kernel<false>, interpreter_kernel<true>}) {
+  for (const auto kernel : {interpreter_kernel<false, false>, interpreter_kernel<true, false>, interpreter_kernel<false, true>,
+                            interpreter_kernel<true, true>}) {
     cudaFuncAttributes a{};
     check(cudaFuncGetAttributes(&a, kernel), "cudaFuncGetAttributes");
     attr.sharedSizeBytes = std::max(attr.sharedSizeBytes, a.sharedSizeBytes);
@@ -177,11 +180,13 @@ CudaExecutor::CudaExecutor(const schedule::Schedule& s, const ExecutorOptions& o
     throw CudaError("the schedule needs " + std::to_string(st_->shared) +
                     " bytes of scratch shared memory per block, too much to leave room for the weight ring");
   st_->shared += st_->stages * kStageBytes;
-  for (const auto kernel : {interpreter_kernel<false>, interpreter_kernel<true>})
+  for (const auto kernel : {interpreter_kernel<false, false>, interpreter_kernel<true, false>, interpreter_kernel<false, true>,
+                            interpreter_kernel<true, true>})
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(st_->shared)),
         "cudaFuncSetAttribute");
   int blocks = 0;
-  for (const auto kernel : {interpreter_kernel<false>, interpreter_kernel<true>}) {
+  for (const auto kernel : {interpreter_kernel<false, false>, interpreter_kernel<true, false>, interpreter_kernel<false, true>,
+                            interpreter_kernel<true, true>}) {
     check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlockThreads, st_->shared), "occupancy");
     if (blocks < 1) break;
   }
@@ -383,8 +388,9 @@ void CudaExecutor::launch(const StepRun& run) {
     st_->generation += per_launch;
     if (p.trace)  // an instruction whose body marks nothing this step (no active unit) keeps no old marks
       check(cudaMemsetAsync(p.trace, 0, st_->trace_bytes(), st_->stream), "trace reset");
-    if (rows > 1) interpreter_kernel<true><<<st_->s->sm_count, kBlockThreads, st_->shared, st_->stream>>>(p);
-    else interpreter_kernel<false><<<st_->s->sm_count, kBlockThreads, st_->shared, st_->stream>>>(p);
+    const auto kernel = st_->f8 ? (rows > 1 ? interpreter_kernel<true, true> : interpreter_kernel<false, true>)
+                                : (rows > 1 ? interpreter_kernel<true, false> : interpreter_kernel<false, false>);
+    kernel<<<st_->s->sm_count, kBlockThreads, st_->shared, st_->stream>>>(p);
     check(cudaGetLastError(), "interpreter launch");
     ++st_->launches;
     // Its event, for tokens(); the events of launches that have ended are taken back first.

@@ -183,11 +183,20 @@ __device__ void counter_signal(const KernelParams& p, const schedule::Instructio
 // memory); else each op's gpu_run. Two instances of the kernel, so that the rows' bodies take no
 // part in the one-row kernel's register allocation (in one kernel, the one-row loop's spills
 // went from 8 to 72 bytes and the matvec body's from 0 to 136).
-template <bool kRows>
+// kF8: an instance with float8 weights' bodies too (WeightKinds), given to the ops that take it.
+template <bool kRows, bool kF8>
 __device__ void execute(const schedule::Instruction& inst, const schedule::StepContext& ctx, const TensorTable& mem,
                         BlockContext& bc) {
-  if constexpr (kRows) schedule::visit_payload(inst, [&](const auto& payload) { gpu_rows(payload, ctx, mem, bc); });
-  else schedule::visit_payload(inst, [&](const auto& payload) { gpu_run(payload, ctx, mem, bc); });
+  const WeightKinds<kF8> kinds;
+  schedule::visit_payload(inst, [&](const auto& payload) {
+    if constexpr (kRows) {
+      if constexpr (requires { gpu_rows(payload, ctx, mem, bc, kinds); }) gpu_rows(payload, ctx, mem, bc, kinds);
+      else gpu_rows(payload, ctx, mem, bc);
+    } else {
+      if constexpr (requires { gpu_run(payload, ctx, mem, bc, kinds); }) gpu_run(payload, ctx, mem, bc, kinds);
+      else gpu_run(payload, ctx, mem, bc);
+    }
+  });
 }
 
 // The producer warp's loop: the weight tiles of every instruction of this SM, in queue order,
@@ -254,7 +263,7 @@ __device__ __forceinline__ void leave(uint32_t* gone) {
   if (threadIdx.x == 0) atomicExch(gone, 1u);  // atomic against the producer's read, as WeightRing::quiet
 }
 
-template <bool kRows>
+template <bool kRows, bool kF8>
 __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const __grid_constant__ KernelParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ schedule::Instruction inst;
@@ -329,7 +338,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) interpreter_kernel(const __g
       block_sync();
       if (!go) return leave(&gone);
       bc.trace = p.trace ? p.trace + kTraceSlots * i : nullptr;
-      execute<kRows>(inst, step, p.tensors, bc);
+      execute<kRows, kF8>(inst, step, p.tensors, bc);
       block_sync();
       if (detail::handoff.failed) return leave(&gone);  // a tagged input's poll timed out or saw the abort
       if (threadIdx.x == 32) {

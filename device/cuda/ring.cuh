@@ -135,6 +135,15 @@ struct BlockContext {
   __device__ void mark(uint32_t k) const { trace_mark(trace, k); }
 };
 
+// Which kinds of weights an instance of the kernel executes: bf16 only, or float8 too (kF8).
+// Float8 bodies in the kernel's call graph made every op body spill (matvec.cuh), so a schedule
+// without float8 weights runs an instance without them. An op whose body depends on it takes it
+// as a last argument of gpu_run and gpu_rows (kernel.cuh, execute); the others never see it.
+template <bool kF8>
+struct WeightKinds {
+  static constexpr bool f8 = kF8;
+};
+
 // An L2 policy for data read once per step (weights, the KV cache): evicted first, so that the
 // stream does not push out of L2 what is read again soon (activations, counters, the queues,
 // norm weights). Llama-3.2-1B 987 -> 954 us, Qwen3-4B at 8K 3305 -> 3220 (docs/notes.md 52).

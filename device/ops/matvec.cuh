@@ -302,10 +302,11 @@ __device__ inline const float* scale_row(const schedule::MatvecPayload& p, const
 
 // dot_rows for float8 rows: 8 columns (8 bytes) a lane chunk, so x is read as for bf16; with
 // kF8Block each chunk's sum times the scale of its 128-column block (c0: the tile's first chunk).
+// Not unrolled: two chunks in flight widened (32 floats a row group) made the body spill.
 template <uint32_t NR, uint32_t kF8>
 __device__ __forceinline__ void dot_rows_f8(const uint2* row, uint32_t n8, const float4* xlo, const float4* xhi, uint32_t first,
                                             uint32_t step, uint32_t c0, const float* const (&srow)[4], float (&a)[4]) {
-#pragma unroll 2
+#pragma unroll 1
   for (uint32_t c = first; c < n8; c += step) {
     uint2 w[NR];
 #pragma unroll
@@ -392,10 +393,10 @@ __device__ __forceinline__ uint32_t load_input(const float* in, const uint2* nor
 // state, and moving it out gave it a register allocation of its own (Llama-3.2-1B 1128 -> 1094
 // us, docs/notes.md); and given nothing it does not use (the step's context). Returns the
 // ring's tile counter after its tiles.
-// One instance a kind of weights (F8Scales), each with its own registers.
+// A copy a kind of weights (F8Scales), inlined into the one matvec_body below.
 template <uint32_t kF8>
-__device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, TensorTable mem,
-                                             unsigned char* scratch, WeightRing ring_state, uint64_t* trace) {
+__device__ __forceinline__ uint32_t matvec_body_of(const schedule::MatvecPayload& p, TensorTable mem,
+                                                   unsigned char* scratch, WeightRing ring_state, uint64_t* trace) {
   BlockContext bc{scratch, ring_state, trace};
   const uint32_t cols = p.cols, rows = p.row_end - p.row_begin, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
@@ -498,24 +499,36 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
   return bc.ring.next_tile;
 }
 
+// One function for every kind of weights the kernel instance runs (WeightKinds), its copies
+// inlined (a function a kind gave ptxas three call targets and no fewer spills: docs/notes.md 130).
+template <bool kF8>
+__device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, TensorTable mem, unsigned char* scratch,
+                                             WeightRing ring_state, uint64_t* trace) {
+  using schedule::WeightFormat;
+  if constexpr (!kF8) {
+    return matvec_body_of<kF8None>(p, mem, scratch, ring_state, trace);
+  } else {
+    switch (static_cast<WeightFormat>(p.weight_format)) {
+      case WeightFormat::bf16: return matvec_body_of<kF8None>(p, mem, scratch, ring_state, trace);
+      case WeightFormat::f8_block128: return matvec_body_of<kF8Block>(p, mem, scratch, ring_state, trace);
+      default: return matvec_body_of<kF8Late>(p, mem, scratch, ring_state, trace);
+    }
+  }
+}
+
 }  // namespace detail
 
+// The executor runs a schedule with float8 weights on the instances with WeightKinds<true>.
+template <bool kF8>
 __device__ inline void gpu_run(const schedule::MatvecPayload& p, const schedule::StepContext&, const TensorTable& mem,
-                               BlockContext& bc) {
-  using schedule::WeightFormat;
-  const auto f = static_cast<WeightFormat>(p.weight_format);
-  bc.ring.next_tile = f == WeightFormat::bf16         ? detail::matvec_body<detail::kF8None>(p, mem, bc.scratch, bc.ring, bc.trace)
-                      : f == WeightFormat::f8_block128 ? detail::matvec_body<detail::kF8Block>(p, mem, bc.scratch, bc.ring, bc.trace)
-                                                       : detail::matvec_body<detail::kF8Late>(p, mem, bc.scratch, bc.ring, bc.trace);
+                               BlockContext& bc, WeightKinds<kF8>) {
+  bc.ring.next_tile = detail::matvec_body<kF8>(p, mem, bc.scratch, bc.ring, bc.trace);
 }
 // A step of several rows (matvec_rows.cuh).
+template <bool kF8>
 __device__ inline void gpu_rows(const schedule::MatvecPayload& p, const schedule::StepContext& ctx, const TensorTable& mem,
-                                BlockContext& bc) {
-  using schedule::WeightFormat;
-  const auto f = static_cast<WeightFormat>(p.weight_format);
-  if (f == WeightFormat::bf16) detail::matvec_rows_body<detail::kF8None>(p, ctx, mem, bc.scratch, bc.scratch_bytes);
-  else if (f == WeightFormat::f8_block128) detail::matvec_rows_body<detail::kF8Block>(p, ctx, mem, bc.scratch, bc.scratch_bytes);
-  else detail::matvec_rows_body<detail::kF8Late>(p, ctx, mem, bc.scratch, bc.scratch_bytes);
+                                BlockContext& bc, WeightKinds<kF8>) {
+  detail::matvec_rows_body<kF8>(p, ctx, mem, bc.scratch, bc.scratch_bytes);
 }
 
 }  // namespace mk::device

@@ -99,13 +99,13 @@ __device__ __forceinline__ void mma_scaled(float (&d)[4], const uint32_t (&a)[4]
   d[0] = fmaf(t[0], s0, d[0]), d[1] = fmaf(t[1], s0, d[1]), d[2] = fmaf(t[2], s1, d[2]), d[3] = fmaf(t[3], s1, d[3]);
 }
 
-// Out of line, with its own register allocation (as every op body), an instance a kind of weights
-// (kF8: matvec.cuh's F8Scales). Float8 weights are staged as they are (half the bytes of bf16)
-// and widened to bf16 (exactly) as the A operand's registers are loaded; block scales multiply
-// each k-step's products (of 16 columns, inside one 128-column block), row scales the finished sums.
+// A copy a kind of weights (kF8: matvec.cuh's F8Scales), inlined into matvec_rows_body below.
+// Float8 weights are staged as they are (half the bytes of bf16) and widened to bf16 (exactly) as
+// the A operand's registers are loaded; block scales multiply each k-step's products (of 16
+// columns, inside one 128-column block), row scales the finished sums.
 template <uint32_t kF8>
-__device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, schedule::StepContext ctx, TensorTable mem,
-                                              unsigned char* scratch, uint32_t scratch_bytes) {
+__device__ __forceinline__ void matvec_rows_body_of(const schedule::MatvecPayload& p, schedule::StepContext ctx, TensorTable mem,
+                                                    unsigned char* scratch, uint32_t scratch_bytes) {
   const uint32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul), norm = p.norm != schedule::kNone;
   const uint32_t cols = p.cols, rows = p.row_end - p.row_begin, width = schedule::matvec_out_width(p);
@@ -390,6 +390,23 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
     }
   }
   cp_async_wait(0);
+}
+
+// Out of line, with its own register allocation (as every op body): one function for the kinds of
+// weights the kernel instance runs (WeightKinds; matvec.cuh, matvec_body).
+template <bool kF8>
+__device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, schedule::StepContext ctx, TensorTable mem,
+                                              unsigned char* scratch, uint32_t scratch_bytes) {
+  using schedule::WeightFormat;
+  if constexpr (!kF8) {
+    matvec_rows_body_of<0>(p, ctx, mem, scratch, scratch_bytes);
+  } else {
+    switch (static_cast<WeightFormat>(p.weight_format)) {
+      case WeightFormat::bf16: return matvec_rows_body_of<0>(p, ctx, mem, scratch, scratch_bytes);
+      case WeightFormat::f8_block128: return matvec_rows_body_of<2>(p, ctx, mem, scratch, scratch_bytes);
+      default: return matvec_rows_body_of<1>(p, ctx, mem, scratch, scratch_bytes);
+    }
+  }
 }
 
 }  // namespace detail
