@@ -65,7 +65,7 @@ def main():
         text = re.sub(r"_INTERNAL_\w+::|\(anonymous namespace\)::", "", demangled[name]).split("(")[0].replace(", ", ",")
         if name == kernel or not kernel:
             return text
-        args = re.search(r"<.*>", demangled[kernel].split("(")[0])
+        args = re.search(r"<.*>", re.sub(r"\(anonymous namespace\)::", "", demangled[kernel]).split("(")[0])
         return f"{text}@kernel{args.group(0).replace(', ', ',') if args else ''}"
 
     rules, over = budget(), []
