@@ -280,11 +280,6 @@ __device__ __forceinline__ void consume_tile(const WeightTile& t, const uint16_t
   }
 }
 
-// Float8 weights, how the body applies their scales: kF8None (bf16 weights), kF8Late (a scale a
-// row or one for the tensor: to each row's finished sum) or kF8Block (a scale a 128 x 128 block:
-// to each lane chunk's sum of products, as the chunk's block).
-enum F8Scales : uint32_t { kF8None = 0, kF8Late = 1, kF8Block = 2 };
-
 // The scales of the task's accumulator row `acc_row` (silu_mul: gate's rows, then up's): where
 // that weight row's are in its scale tensor (the tensor after the weight: format.hpp).
 __device__ inline const float* scale_row(const schedule::MatvecPayload& p, const TensorTable& mem, uint32_t acc_row) {
@@ -300,45 +295,55 @@ __device__ inline const float* scale_row(const schedule::MatvecPayload& p, const
   return mem.at<const float>(p.weight[w] + 1) + schedule::matvec_scale_index(p, row, 0);
 }
 
-// dot_rows for float8 rows: 8 columns (8 bytes) a lane chunk, so x is read as for bf16; with
-// kF8Block each chunk's sum times the scale of its 128-column block (c0: the tile's first chunk).
-// Not unrolled: two chunks in flight widened (32 floats a row group) made the body spill.
-template <uint32_t NR, uint32_t kF8>
-__device__ __forceinline__ void dot_rows_f8(const uint2* row, uint32_t n8, const float4* xlo, const float4* xhi, uint32_t first,
-                                            uint32_t step, uint32_t c0, const float* const (&srow)[4], float (&a)[4]) {
+// dot_rows in the instance with float8 weights (WeightKinds<true>): bf16 rows (16 bytes a lane
+// chunk of 8 columns) or float8 ones (8 bytes), as the tile's weight is, so that x is read as for
+// bf16 either way; with block scales each chunk's sum times the scale of its 128-column block (c0:
+// the tile's first chunk). One loop for every kind, chosen at run time: a copy a kind in the body
+// (as templates) made it spill 208 bytes, and every other body with it (docs/notes.md 130).
+template <uint32_t NR>
+__device__ __forceinline__ void dot_rows_any(const unsigned char* row, uint32_t n8, const float4* xlo, const float4* xhi,
+                                             uint32_t first, uint32_t step, uint32_t c0, bool f8, bool block,
+                                             const float* const (&srow)[4], float (&a)[4]) {
 #pragma unroll 1
   for (uint32_t c = first; c < n8; c += step) {
-    uint2 w[NR];
-#pragma unroll
-    for (uint32_t r = 0; r < NR; ++r) w[r] = row[r * n8 + c];
+    float d[NR];
     const float4 xa = xlo[c], xb = xhi[c];
+    if (f8) {
+      uint2 w[NR];
 #pragma unroll
-    for (uint32_t r = 0; r < NR; ++r) {
-      const float d = dot8_f8(w[r], xa, xb);
-      a[r] = kF8 == kF8Block ? fmaf(d, __ldg(srow[r] + ((c0 + c) >> 4)), a[r]) : a[r] + d;
+      for (uint32_t r = 0; r < NR; ++r) w[r] = reinterpret_cast<const uint2*>(row)[r * n8 + c];
+#pragma unroll
+      for (uint32_t r = 0; r < NR; ++r) d[r] = dot8_f8(w[r], xa, xb);
+    } else {
+      uint4 w[NR];
+#pragma unroll
+      for (uint32_t r = 0; r < NR; ++r) w[r] = reinterpret_cast<const uint4*>(row)[r * n8 + c];
+#pragma unroll
+      for (uint32_t r = 0; r < NR; ++r) d[r] = dot8(w[r], xa, xb);
     }
+#pragma unroll
+    for (uint32_t r = 0; r < NR; ++r) a[r] = block ? fmaf(d[r], __ldg(srow[r] + ((c0 + c) >> 4)), a[r]) : a[r] + d[r];
   }
 }
 
-// consume_tile for float8 weights.
-template <uint32_t kF8>
-__device__ __forceinline__ void consume_tile_f8(const WeightTile& t, const unsigned char* w, const float4* xlo, const float4* xhi,
-                                                float* acc, const schedule::MatvecPayload& p, const TensorTable& mem) {
-  const uint32_t lane = threadIdx.x % 32, n8 = t.cols / 8, c0 = t.col0 / 8, first = lane, step = 32;
-  const uint2* tile = reinterpret_cast<const uint2*>(w);
+// consume_tile in the instance with float8 weights: the tile's rows as its weight's kind is.
+__device__ __forceinline__ void consume_tile_any(const WeightTile& t, const unsigned char* w, const float4* xlo, const float4* xhi,
+                                                 float* acc, const schedule::MatvecPayload& p, const TensorTable& mem) {
+  const bool f8 = schedule::matvec_fp8(p), block = p.weight_format == static_cast<uint16_t>(schedule::WeightFormat::f8_block128);
+  const uint32_t lane = threadIdx.x % 32, n8 = t.cols / 8, c0 = t.col0 / 8, first = lane, step = 32, row_bytes = t.cols * (f8 ? 1 : 2);
   for (uint32_t r0 = 0; r0 < t.rows; r0 += 4) {
     const uint32_t nr = min(4u, t.rows - r0);
-    const uint2* row = tile + r0 * n8;
+    const unsigned char* row = w + r0 * row_bytes;
     const float* srow[4] = {nullptr, nullptr, nullptr, nullptr};
-    if (kF8 == kF8Block)
+    if (block)
 #pragma unroll
       for (uint32_t k = 0; k < 4; ++k) srow[k] = k < nr ? scale_row(p, mem, t.acc_row + r0 + k) : nullptr;
     float a[4] = {0, 0, 0, 0};
     switch (nr) {
-      case 4: dot_rows_f8<4, kF8>(row, n8, xlo + c0, xhi + c0, first, step, c0, srow, a); break;
-      case 3: dot_rows_f8<3, kF8>(row, n8, xlo + c0, xhi + c0, first, step, c0, srow, a); break;
-      case 2: dot_rows_f8<2, kF8>(row, n8, xlo + c0, xhi + c0, first, step, c0, srow, a); break;
-      default: dot_rows_f8<1, kF8>(row, n8, xlo + c0, xhi + c0, first, step, c0, srow, a); break;
+      case 4: dot_rows_any<4>(row, n8, xlo + c0, xhi + c0, first, step, c0, f8, block, srow, a); break;
+      case 3: dot_rows_any<3>(row, n8, xlo + c0, xhi + c0, first, step, c0, f8, block, srow, a); break;
+      case 2: dot_rows_any<2>(row, n8, xlo + c0, xhi + c0, first, step, c0, f8, block, srow, a); break;
+      default: dot_rows_any<1>(row, n8, xlo + c0, xhi + c0, first, step, c0, f8, block, srow, a); break;
     }
     const float s = warp_sum4(a[0], a[1], a[2], a[3]);
     if (lane % 8 == 0 && lane / 8 < nr) atomicAdd(acc + t.acc_row + r0 + lane / 8, s);
@@ -392,11 +397,11 @@ __device__ __forceinline__ uint32_t load_input(const float* in, const uint2* nor
 // by value: inlined, the body shared the kernel's registers (128 then) with the interpreter's loop
 // state, and moving it out gave it a register allocation of its own (Llama-3.2-1B 1128 -> 1094
 // us, docs/notes.md); and given nothing it does not use (the step's context). Returns the
-// ring's tile counter after its tiles.
-// A copy a kind of weights (F8Scales), inlined into the one matvec_body below.
-template <uint32_t kF8>
-__device__ __forceinline__ uint32_t matvec_body_of(const schedule::MatvecPayload& p, TensorTable mem,
-                                                   unsigned char* scratch, WeightRing ring_state, uint64_t* trace) {
+// ring's tile counter after its tiles. kF8: the instance with float8 weights (WeightKinds), whose
+// body takes every kind of weights (consume_tile_any).
+template <bool kF8>
+__device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, TensorTable mem, unsigned char* scratch,
+                                             WeightRing ring_state, uint64_t* trace) {
   BlockContext bc{scratch, ring_state, trace};
   const uint32_t cols = p.cols, rows = p.row_end - p.row_begin, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul);
@@ -456,10 +461,10 @@ __device__ __forceinline__ uint32_t matvec_body_of(const schedule::MatvecPayload
     for (; j < tiles; j += count, parity ^= 1) {
       const WeightTile t = all.at(j);
       mbar_wait(ring.full + stage, parity);
-      if constexpr (kF8 == kF8None)
+      if constexpr (!kF8)
         detail::consume_tile(t, reinterpret_cast<const uint16_t*>(ring.stages + stage * kStageBytes), xlo, xhi, acc);
       else
-        detail::consume_tile_f8<kF8>(t, ring.stages + stage * kStageBytes, xlo, xhi, acc, p, mem);
+        detail::consume_tile_any(t, ring.stages + stage * kStageBytes, xlo, xhi, acc, p, mem);
       ring_release(ring, stage, kWarps);
     }
   }
@@ -481,7 +486,9 @@ __device__ __forceinline__ uint32_t matvec_body_of(const schedule::MatvecPayload
   const uint32_t out_bit = detail::handoff.bit;
   for (uint32_t i = tid, k = 0; i < rows; i += kThreads, ++k) {
     // A row's (or the tensor's) float8 scale, to the finished sums.
-    const float sg = kF8 == kF8Late ? *scale_row(p, mem, i) : 1.0f, su = kF8 == kF8Late && silu ? *scale_row(p, mem, rows + i) : 1.0f;
+    const bool late = kF8 && (p.weight_format == static_cast<uint16_t>(schedule::WeightFormat::f8_row) ||
+                              p.weight_format == static_cast<uint16_t>(schedule::WeightFormat::f8_tensor));
+    const float sg = late ? *scale_row(p, mem, i) : 1.0f, su = late && silu ? *scale_row(p, mem, rows + i) : 1.0f;
     const float a = acc[i] * inv * sg;
     const float y = silu ? a / (1.0f + expf(-a)) * (acc[rows + i] * inv * su) : a;
     const float r = !residual                ? 0.0f
@@ -497,23 +504,6 @@ __device__ __forceinline__ uint32_t matvec_body_of(const schedule::MatvecPayload
     store_activation(out + p.row_begin + i, r + (y + b), out_tagged, out_bit);
   }
   return bc.ring.next_tile;
-}
-
-// One function for every kind of weights the kernel instance runs (WeightKinds), its copies
-// inlined (a function a kind gave ptxas three call targets and no fewer spills: docs/notes.md 130).
-template <bool kF8>
-__device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, TensorTable mem, unsigned char* scratch,
-                                             WeightRing ring_state, uint64_t* trace) {
-  using schedule::WeightFormat;
-  if constexpr (!kF8) {
-    return matvec_body_of<kF8None>(p, mem, scratch, ring_state, trace);
-  } else {
-    switch (static_cast<WeightFormat>(p.weight_format)) {
-      case WeightFormat::bf16: return matvec_body_of<kF8None>(p, mem, scratch, ring_state, trace);
-      case WeightFormat::f8_block128: return matvec_body_of<kF8Block>(p, mem, scratch, ring_state, trace);
-      default: return matvec_body_of<kF8Late>(p, mem, scratch, ring_state, trace);
-    }
-  }
 }
 
 }  // namespace detail

@@ -99,13 +99,15 @@ __device__ __forceinline__ void mma_scaled(float (&d)[4], const uint32_t (&a)[4]
   d[0] = fmaf(t[0], s0, d[0]), d[1] = fmaf(t[1], s0, d[1]), d[2] = fmaf(t[2], s1, d[2]), d[3] = fmaf(t[3], s1, d[3]);
 }
 
-// A copy a kind of weights (kF8: matvec.cuh's F8Scales), inlined into matvec_rows_body below.
-// Float8 weights are staged as they are (half the bytes of bf16) and widened to bf16 (exactly) as
-// the A operand's registers are loaded; block scales multiply each k-step's products (of 16
-// columns, inside one 128-column block), row scales the finished sums.
-template <uint32_t kF8>
-__device__ __forceinline__ void matvec_rows_body_of(const schedule::MatvecPayload& p, schedule::StepContext ctx, TensorTable mem,
-                                                    unsigned char* scratch, uint32_t scratch_bytes) {
+// Out of line, with its own register allocation (as every op body). kF8: the instance with float8
+// weights (WeightKinds), whose body takes every kind of weights, chosen at run time (a copy a kind
+// spilled: matvec.cuh, dot_rows_any). Float8 weights are staged as they are (half the bytes of
+// bf16) and widened to bf16 (exactly) as the A operand's registers are loaded; block scales
+// multiply each k-step's products (of 16 columns, inside one 128-column block), row scales the
+// finished sums.
+template <bool kF8>
+__device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, schedule::StepContext ctx, TensorTable mem,
+                                              unsigned char* scratch, uint32_t scratch_bytes) {
   const uint32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const bool silu = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul), norm = p.norm != schedule::kNone;
   const uint32_t cols = p.cols, rows = p.row_end - p.row_begin, width = schedule::matvec_out_width(p);
@@ -131,7 +133,10 @@ __device__ __forceinline__ void matvec_rows_body_of(const schedule::MatvecPayloa
   const uint32_t rb_rows = min(kRowBlock, rows);  // weight rows a row block (of gate's and of up's)
   // The tile's rows: row groups of 16 (gate's, then as many of up's for silu), zeros past the task's.
   const uint32_t rgroups = (rb_rows + 15) / 16, part = rgroups * 16;
-  constexpr uint32_t eb = kF8 ? 1 : 2;
+  const bool f8 = kF8 && schedule::matvec_fp8(p);
+  const bool block = kF8 && p.weight_format == static_cast<uint16_t>(schedule::WeightFormat::f8_block128);
+  const bool late = f8 && !block;  // a row's or the tensor's scale, to the finished sums
+  const uint32_t eb = f8 ? 1 : 2;
   RowsLayout L{n, silu ? 2 * part : part, 64, 0, 0, eb};
   const uint32_t fixed = static_cast<uint32_t>(stage0 - scratch);
   // The column block: a power of two of at least 64 (for_chunks), weights of about
@@ -283,7 +288,7 @@ __device__ __forceinline__ void matvec_rows_body_of(const schedule::MatvecPayloa
         for (uint32_t r = 0; r < kRowGroups; ++r) {
           if (r >= rgroups) break;
           uint32_t a[4], u[4];
-          if constexpr (kF8 == 0) {
+          if (!f8) {
             const uint16_t* tile = reinterpret_cast<const uint16_t*>(w) + r * 16 * ws + lane_at + ks * 16;
             ldmatrix_x4(a, tile);
             if (silu) ldmatrix_x4(u, tile + up_at);
@@ -294,7 +299,7 @@ __device__ __forceinline__ void matvec_rows_body_of(const schedule::MatvecPayloa
           }
           // Block scales: rows g and g + 8's of this k-step's 128-column block.
           float sa0 = 1, sa1 = 1, su0 = 1, su1 = 1;
-          if constexpr (kF8 == 2) {
+          if (block) {
             const uint32_t cb = (kb * KB + ks * 16) >> 7, i0 = r * 16 + g;
             sa0 = __ldg(srow[i0] + cb), sa1 = __ldg(srow[i0 + 8] + cb);
             if (silu) su0 = __ldg(srow[part + i0] + cb), su1 = __ldg(srow[part + i0 + 8] + cb);
@@ -302,7 +307,7 @@ __device__ __forceinline__ void matvec_rows_body_of(const schedule::MatvecPayloa
 #pragma unroll
           for (uint32_t j = 0; j < kMaxTokenGroups; ++j) {
             if (tgs[j] >= tgroups) break;
-            if constexpr (kF8 == 2) {
+            if (block) {
               mma_scaled(acc[j][r], a, hi[j], lo[j], sa0, sa1);
               if (silu) mma_scaled(up[j][r], u, hi[j], lo[j], su0, su1);
             } else {
@@ -372,7 +377,7 @@ __device__ __forceinline__ void matvec_rows_body_of(const schedule::MatvecPayloa
           const uint32_t t = tg * 8 + 2 * q + (e & 1), o = rb + r * 16 + g + (e >= 2 ? 8 : 0);
           if (t >= n || o >= rows) continue;
           // Row (or tensor) scales of float8 weights, to the finished sums.
-          const float sg = kF8 == 1 ? *srow[o - rb] : 1.0f, su = kF8 == 1 && silu ? *srow[part + o - rb] : 1.0f;
+          const float sg = late ? *srow[o - rb] : 1.0f, su = late && silu ? *srow[part + o - rb] : 1.0f;
           const float a = acc[j][r][e] * inv[t] * sg;
           float y = silu ? a / (1.0f + expf(-a)) * (up[j][r][e] * inv[t] * su) : a;
           const uint32_t row = p.row_begin + o;
@@ -390,23 +395,6 @@ __device__ __forceinline__ void matvec_rows_body_of(const schedule::MatvecPayloa
     }
   }
   cp_async_wait(0);
-}
-
-// Out of line, with its own register allocation (as every op body): one function for the kinds of
-// weights the kernel instance runs (WeightKinds; matvec.cuh, matvec_body).
-template <bool kF8>
-__device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, schedule::StepContext ctx, TensorTable mem,
-                                              unsigned char* scratch, uint32_t scratch_bytes) {
-  using schedule::WeightFormat;
-  if constexpr (!kF8) {
-    matvec_rows_body_of<0>(p, ctx, mem, scratch, scratch_bytes);
-  } else {
-    switch (static_cast<WeightFormat>(p.weight_format)) {
-      case WeightFormat::bf16: return matvec_rows_body_of<0>(p, ctx, mem, scratch, scratch_bytes);
-      case WeightFormat::f8_block128: return matvec_rows_body_of<2>(p, ctx, mem, scratch, scratch_bytes);
-      default: return matvec_rows_body_of<1>(p, ctx, mem, scratch, scratch_bytes);
-    }
-  }
 }
 
 }  // namespace detail
