@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
     const schedule::Schedule s = schedule::read_file(path);
     double weight_bytes = 0, kv_bytes = 0;
     for (const schedule::Tensor& t : s.tensors) {
-      if (t.role == schedule::Role::weight) weight_bytes += t.elements() * 2.0;
+      if (t.role == schedule::Role::weight) weight_bytes += double(t.elements()) * schedule::dtype_bytes(t.dtype);
       // attention reads every cached position of k and v once, of every sequence
       if (t.role == schedule::Role::kv_cache) kv_bytes += t.elements() * 2.0 * context * g_batch;
     }

@@ -17,8 +17,8 @@ text = open(a.log, encoding="utf-8", errors="replace").read()
 bench, floor, baseline, mkrun = {}, {}, {}, {}
 for m in re.finditer(r"\[(\S+), (\S+), context (\d+)\]\n(.*?)step \(median of \d+[^)]*\): ([\d.e+]+) us", text, re.S):
     model, policy, ctx, body, us = m.groups()
-    if policy == "round-robin":
-        bench[(model, int(ctx))] = float(us)
+    if policy == "round-robin":  # a float8 variant NAME/f8-LAYOUT is planned as NAME-f8-LAYOUT
+        bench[(model.replace("/", "-"), int(ctx))] = float(us)
 for m in re.finditer(r"(\S+\.bin) at context (\d+): .*?floor ([\d.e+]+) us", text):
     name = re.sub(r"-(round-robin|critical-path)\.bin$", "", m.group(1).split("/")[-1])
     floor[(name, int(m.group(2)))] = float(m.group(3))
