@@ -34,15 +34,18 @@ int run(int argc, char** argv) {
       app, {.tool = "mkweights",
             .usage = {"SCHEDULE -o CHECKPOINT_DIR [--seed N] [OPTIONS]"},
             .description =
-                "Write a Hugging Face style checkpoint of random BF16 weights for every weight tensor of a\n"
+                "Write a Hugging Face style checkpoint of random weights for every weight tensor of a\n"
                 "schedule: DIR/model.safetensors, and DIR/config.json unless the folder has one. Tensors that\n"
                 "share a safetensors key (tied embeddings) are written once. Norm weights are drawn near 1,\n"
-                "embeddings with std 1, other matrices with std 1/sqrt(columns). The same seed always gives the\n"
-                "same bytes. A folder that already holds a checkpoint is refused unless --force.",
+                "embeddings with std 1, other matrices with std 1/sqrt(columns), in BF16; a weight the schedule\n"
+                "declares float8 (f8e4m3) is such a matrix quantized to F8_E4M3, with F32 scales of its layout\n"
+                "(tensor, row or 128x128 block), each the largest magnitude it covers over 448: the values span\n"
+                "e4m3's range. The same seed always gives the same bytes. A folder that already holds a\n"
+                "checkpoint is refused unless --force.",
             .examples = {{"s.bin -o weights/ --seed 7", "random weights for the schedule s.bin, then: mkrun s.bin weights/"},
                          {"s.bin -o my-model/",
                           "random weights beside the config.json that s.bin was planned from (mkplan my-model/ -o s.bin), "
-                          "which is kept"}},
+                          "which is kept; an FP8 config.json's folder gets float8 weights of its format"}},
             .version_note = "reads schedule formats " + std::to_string(mk::schedule::kOldestReadVersion) + " to " +
                             std::to_string(mk::schedule::kFormatVersion)});
   std::string schedule_path, out_dir;
