@@ -20,8 +20,7 @@ for spec in "${specs[@]}"; do
   yaml="examples/$1.yaml" name=${1//\//-}
   if [[ $1 == */f8-* ]]; then
     yaml=/tmp/mk-bench/$name.yaml
-    sed -E 's/(w[qkvogud]\{layer\}): \{key: "([^"]+)", shape: (\[[^]]+\])\}/\1: {key: "\2", shape: \3, dtype: f8e4m3, scale: {key: "\2_scale", layout: '"${1#*/f8-}"'}}/' \
-      "examples/${1%%/*}.yaml" > "$yaml"
+    python3 scripts/float8_yaml.py "examples/${1%%/*}.yaml" "${1#*/f8-}" > "$yaml" || status=1
   fi
   "$BIN/mkplan" "$yaml" -o "/tmp/mk-bench/$name-$3.bin" --sms "$sms" --policy "$3" -q || status=1
   echo "[$1, $3, context $2]"

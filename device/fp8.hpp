@@ -5,9 +5,8 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
-#include "schedules/format.hpp"
+#include "device/bf16.hpp"
 
 namespace mk::device {
 
@@ -15,33 +14,19 @@ MK_HD inline bool f8e4m3_is_nan(uint8_t b) { return (b & 0x7f) == 0x7f; }
 
 MK_HD inline float f8e4m3_to_f32(uint8_t b) {
   const uint32_t sign = uint32_t{b & 0x80u} << 24, e = (b >> 3) & 15u, m = b & 7u;
-  uint32_t u;
-  if (f8e4m3_is_nan(b)) {
-    u = sign | 0x7fc00000u;
-  } else if (e == 0) {  // subnormal: m * 2^-9, exact in float
-    const float v = static_cast<float>(m) * 0.001953125f;
-    memcpy(&u, &v, sizeof u);
-    u |= sign;
-  } else {  // (1 + m/8) * 2^(e - 7): the exponent rebiased, the mantissa's top 3 bits
-    u = sign | (e + 120u) << 23 | m << 20;
-  }
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
+  if (f8e4m3_is_nan(b)) return bits_f32(sign | 0x7fc00000u);
+  if (e == 0) return bits_f32(f32_bits(static_cast<float>(m) * 0.001953125f) | sign);  // subnormal: m * 2^-9, exact
+  return bits_f32(sign | (e + 120u) << 23 | m << 20);  // (1 + m/8) * 2^(e - 7): exponent rebiased, mantissa's top 3 bits
 }
 
 MK_HD inline uint8_t f32_to_f8e4m3(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
+  const uint32_t u = f32_bits(f);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   const uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return sign | 0x7f;  // NaN
   if (a >= 0x43e00000u) return sign | 0x7e;  // 448 and above (infinity too): 448
-  if (a < 0x3c800000u) {                     // below 2^-6: subnormal, m = |f| * 2^9 rounded
-    float x;
-    memcpy(&x, &a, sizeof x);
-    return sign | static_cast<uint8_t>(rintf(x * 512.0f));  // 8 is 2^-6, the smallest normal
-  }
+  if (a < 0x3c800000u)                       // below 2^-6: subnormal, m = |f| * 2^9 rounded
+    return sign | static_cast<uint8_t>(rintf(bits_f32(a) * 512.0f));  // 8 is 2^-6, the smallest normal
   uint32_t e = (a >> 23) - 120, m = (a >> 20) & 7u;  // e >= 1: 2^-6 <= |f| < 448
   const uint32_t rest = a & 0xfffffu;
   if (rest > 0x80000u || (rest == 0x80000u && (m & 1u))) {

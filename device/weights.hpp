@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -49,6 +50,9 @@ class Checkpoint {
   // bf16 (the converted bytes of F16 and F32), f8e4m3 (as stored), f32 (an aligned copy of the
   // stored values, converted from BF16 or F16: made once, on first use).
   std::span<const uint8_t> data(const std::string& key, schedule::DType) const;
+  // The first element of stored F8_E4M3 tensor `key` that is a float8 NaN, if any: scanned once
+  // (check_weights runs in the tools and again in every backend), and the answer kept.
+  std::optional<uint64_t> first_float8_nan(const std::string& key) const;
   // What open() was given; error messages name it.
   const std::filesystem::path& path() const { return root_; }
 
@@ -63,8 +67,8 @@ class Checkpoint {
   std::vector<std::unique_ptr<Mapping>> maps_;
   std::map<std::string, CheckpointTensor> tensors_;
   std::vector<std::unique_ptr<std::vector<uint8_t>>> converted_;  // bf16 copies of F16 and F32 tensors
-  struct F32Copies;                                                // data(key, f32)'s copies
-  std::unique_ptr<F32Copies> f32_;
+  struct Derived;  // what data() and first_float8_nan() worked out, once
+  std::unique_ptr<Derived> derived_;
 };
 
 // Checks every weight tensor of the schedule against the checkpoint: present, of the same shape,

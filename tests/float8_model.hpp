@@ -1,6 +1,7 @@
 // An example model's YAML with its seven per-layer projections declared float8 (dtype f8e4m3,
-// scales of one layout under the key "<weight key>_scale"): the tests' float8 models. The
-// embeddings, the norms and the LM head stay bf16, as published FP8 checkpoints leave them.
+// scales of one layout under the key "<weight key>_scale"): the tests' float8 models, the same
+// transform as scripts/float8_yaml.py (the benchmark's and hf_compare.py's). The embeddings, the
+// norms and the LM head stay bf16, as published FP8 checkpoints leave them.
 #pragma once
 #include <fstream>
 #include <regex>

@@ -140,9 +140,7 @@ struct BlockContext {
 // without float8 weights runs an instance without them. An op whose body depends on it takes it
 // as a last argument of gpu_run and gpu_rows (kernel.cuh, execute); the others never see it.
 template <bool kF8>
-struct WeightKinds {
-  static constexpr bool f8 = kF8;
-};
+struct WeightKinds {};
 
 // An L2 policy for data read once per step (weights, the KV cache): evicted first, so that the
 // stream does not push out of L2 what is read again soon (activations, counters, the queues,

@@ -284,15 +284,9 @@ __device__ __forceinline__ void consume_tile(const WeightTile& t, const uint16_t
 // that weight row's are in its scale tensor (the tensor after the weight: format.hpp).
 __device__ inline const float* scale_row(const schedule::MatvecPayload& p, const TensorTable& mem, uint32_t acc_row) {
   const uint32_t rows = p.row_end - p.row_begin;
-  uint32_t w = 0, row = p.row_begin + acc_row;
-  if (p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul)) {
-    if (acc_row >= rows) w = 1, row -= rows;
-  } else {
-    uint32_t first = 0;
-    while (row >= p.weight_row_end[w]) first = p.weight_row_end[w++];
-    row -= first;
-  }
-  return mem.at<const float>(p.weight[w] + 1) + schedule::matvec_scale_index(p, row, 0);
+  const bool up = p.act == static_cast<uint32_t>(schedule::MatvecAct::silu_mul) && acc_row >= rows;
+  const schedule::MatvecWeightRow w = schedule::matvec_weight_row(p, p.row_begin + acc_row - (up ? rows : 0), up);
+  return mem.at<const float>(p.weight[w.weight] + 1) + schedule::matvec_scale_index(p, w.row, 0);
 }
 
 // dot_rows in the instance with float8 weights (WeightKinds<true>): bf16 rows (16 bytes a lane
@@ -484,10 +478,9 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
   // loop above costs its consumers (spills).
   const bool out_tagged = tagged_field(2), residual_tagged2 = residual && tagged_field(1);
   const uint32_t out_bit = detail::handoff.bit;
+  // A row's (or the tensor's) float8 scale, to the finished sums.
+  const bool late = kF8 && schedule::matvec_fp8(p) && p.weight_format != static_cast<uint16_t>(schedule::WeightFormat::f8_block128);
   for (uint32_t i = tid, k = 0; i < rows; i += kThreads, ++k) {
-    // A row's (or the tensor's) float8 scale, to the finished sums.
-    const bool late = kF8 && (p.weight_format == static_cast<uint16_t>(schedule::WeightFormat::f8_row) ||
-                              p.weight_format == static_cast<uint16_t>(schedule::WeightFormat::f8_tensor));
     const float sg = late ? *scale_row(p, mem, i) : 1.0f, su = late && silu ? *scale_row(p, mem, rows + i) : 1.0f;
     const float a = acc[i] * inv * sg;
     const float y = silu ? a / (1.0f + expf(-a)) * (acc[rows + i] * inv * su) : a;
@@ -497,9 +490,8 @@ __device__ __noinline__ uint32_t matvec_body(const schedule::MatvecPayload& p, T
                                              : load_activation(residual + p.row_begin + i);
     float b = 0.0f;  // the bias of this row's weight, if any (act none only)
     if (!silu) {
-      uint32_t s = 0, first = 0;
-      while (p.row_begin + i >= p.weight_row_end[s]) first = p.weight_row_end[s++];
-      if (p.bias[s] != schedule::kNone) b = bf16_to_f32(mem.at<const uint16_t>(p.bias[s])[p.row_begin + i - first]);
+      const schedule::MatvecWeightRow w = schedule::matvec_weight_row(p, p.row_begin + i);
+      if (p.bias[w.weight] != schedule::kNone) b = bf16_to_f32(mem.at<const uint16_t>(p.bias[w.weight])[w.row]);
     }
     store_activation(out + p.row_begin + i, r + (y + b), out_tagged, out_bit);
   }

@@ -50,10 +50,9 @@ void cpu_run(const schedule::MatvecPayload& p, const schedule::StepContext& ctx,
         const float g = dot(p.weight[0], r), u = dot(p.weight[1], r);
         y = g / (1.0f + std::exp(-g)) * u;
       } else {
-        uint32_t i = 0, first = 0;
-        while (r >= p.weight_row_end[i]) first = p.weight_row_end[i++];
-        y = dot(p.weight[i], r - first);
-        if (p.bias[i] != schedule::kNone) y += bf16_to_f32(mem.at<const uint16_t>(p.bias[i])[r - first]);
+        const schedule::MatvecWeightRow w = schedule::matvec_weight_row(p, r);
+        y = dot(p.weight[w.weight], w.row);
+        if (p.bias[w.weight] != schedule::kNone) y += bf16_to_f32(mem.at<const uint16_t>(p.bias[w.weight])[w.row]);
       }
       out[r] = residual ? residual[r] + y : y;
     }

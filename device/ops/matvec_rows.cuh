@@ -47,20 +47,15 @@ struct RowsLayout {
   __device__ uint32_t norm_bytes(bool norm) const { return norm ? kb * 2 : 0; }
 };
 
-// Where the task's weight row i lies (of the concatenation; for silu_mul, of gate at w = 0 and up
-// at w = 1), or null past the task's rows; for float8 weights (eb 1), `scales` where its scales are.
-__device__ inline const unsigned char* weight_row(const schedule::MatvecPayload& p, const TensorTable& mem, uint32_t i, bool silu,
-                                                  uint32_t w, uint32_t eb, const float*& scales) {
+// Where the task's weight row i lies (of the concatenation; for silu_mul, of gate, or of up with
+// `up`), or null past the task's rows; for float8 weights (eb 1), `scales` where its scales are.
+__device__ inline const unsigned char* weight_row(const schedule::MatvecPayload& p, const TensorTable& mem, uint32_t i, bool up,
+                                                  uint32_t eb, const float*& scales) {
   scales = mem.at<const float>(p.weight[0] + (eb == 1));  // rows past the task's: any scale (their weights are zeros)
   if (i >= p.row_end - p.row_begin) return nullptr;
-  uint32_t row = p.row_begin + i, s = w;
-  if (!silu) {
-    uint32_t first = 0;
-    for (s = 0; s + 1 < p.weight_count && row >= p.weight_row_end[s];) first = p.weight_row_end[s++];
-    row -= first;
-  }
-  if (eb == 1) scales = mem.at<const float>(p.weight[s] + 1) + schedule::matvec_scale_index(p, row, 0);
-  return mem.at<const unsigned char>(p.weight[s]) + uint64_t{row} * p.cols * eb;
+  const schedule::MatvecWeightRow r = schedule::matvec_weight_row(p, p.row_begin + i, up);
+  if (eb == 1) scales = mem.at<const float>(p.weight[r.weight] + 1) + schedule::matvec_scale_index(p, r.row, 0);
+  return mem.at<const unsigned char>(p.weight[r.weight]) + uint64_t{r.row} * p.cols * eb;
 }
 
 // f(r, c) for this thread's share of `count` rows of 2^shift 16-byte chunks (chunk i = tid,
@@ -228,7 +223,7 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
     block_sync();  // the last row block's readers of wrow are done
     for (uint32_t i = tid; i < L.weights; i += kThreads) {
       const float* scales;
-      wrow[i] = weight_row(p, mem, i % part < rb_rows ? rb + i % part : rows, silu, i / part, eb, scales);
+      wrow[i] = weight_row(p, mem, i % part < rb_rows ? rb + i % part : rows, i / part == 1, eb, scales);
       srow[i] = scales;
     }
     block_sync();
@@ -382,9 +377,8 @@ __device__ __noinline__ void matvec_rows_body(const schedule::MatvecPayload& p, 
           float y = silu ? a / (1.0f + expf(-a)) * (up[j][r][e] * inv[t] * su) : a;
           const uint32_t row = p.row_begin + o;
           if (!silu) {  // the bias of this row's weight, if any
-            uint32_t s = 0, firstrow = 0;
-            while (row >= p.weight_row_end[s]) firstrow = p.weight_row_end[s++];
-            if (p.bias[s] != schedule::kNone) y += bf16_to_f32(mem.at<const uint16_t>(p.bias[s])[row - firstrow]);
+            const schedule::MatvecWeightRow w = schedule::matvec_weight_row(p, row);
+            if (p.bias[w.weight] != schedule::kNone) y += bf16_to_f32(mem.at<const uint16_t>(p.bias[w.weight])[w.row]);
           }
           const uint64_t at = uint64_t{used[1 + t]} * width + row;
           float rv = res[r][e];

@@ -43,6 +43,18 @@ MK_HD inline uint32_t matvec_scale_index(const MatvecPayload& p, uint32_t row, u
   }
 }
 
+// Which of the concatenated weights holds output row `row` (act none; silu_mul: gate and up both
+// hold every row, and `up` picks), and the row in it.
+struct MatvecWeightRow {
+  uint32_t weight, row;  // index into weight[] (and bias[]), row of that weight
+};
+MK_HD inline MatvecWeightRow matvec_weight_row(const MatvecPayload& p, uint32_t row, bool up = false) {
+  if (p.act == static_cast<uint32_t>(MatvecAct::silu_mul)) return {up ? 1u : 0u, row};
+  uint32_t i = 0, first = 0;
+  while (i + 1 < p.weight_count && row >= p.weight_row_end[i]) first = p.weight_row_end[i++];
+  return {i, row - first};
+}
+
 // Elements of one row of out (and residual): every weight's rows, or gate's for silu_mul.
 MK_HD inline uint32_t matvec_out_width(const MatvecPayload& p) {
   return p.weight_count ? p.weight_row_end[p.weight_count - 1] : 0;

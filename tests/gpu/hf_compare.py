@@ -29,7 +29,7 @@ dequantized one (float8 value times scale): its float32 pass, the reference, use
 exactly, its bf16 pass them rounded to bf16. The comparison thus checks our float8 matvecs against
 the exact dequantized arithmetic, not the quantization error itself (both sides share it).
 """
-import argparse, json, math, os, re, subprocess, sys, time
+import argparse, json, math, os, subprocess, sys, time
 
 import numpy as np
 import torch
@@ -290,20 +290,12 @@ def write_fp8_checkpoint(ckpt, stored, layout, hub_style):
 
 
 # An example's projection declarations, as bench/run.sh's sed rewrites them for float8.
-FP8_YAML_LINE = re.compile(r'(w[qkvogud]\{layer\}): \{key: "([^"]+)", shape: (\[[^\]]+\])\}')
-
-
 def fp8_example_yaml(example, layout, out):
-    """Writes the example's YAML with its seven projections declared f8e4m3, with scales of the layout
-    under "<key>_scale", to `out`."""
+    """Writes the example's YAML with its seven projections float8 (scripts/float8_yaml.py) to `out`."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+    from float8_yaml import float8_yaml
     with open(example) as f:
-        text = f.read()
-    text, n = FP8_YAML_LINE.subn(
-        lambda m: f'{m[1]}: {{key: "{m[2]}", shape: {m[3]}, dtype: f8e4m3, scale: {{key: "{m[2]}_scale", layout: {layout}}}}}',
-        text)
-    if n != len(FP8_PROJECTIONS):
-        sys.exit(f"{example}: found {n} projection declarations to make float8, expected {len(FP8_PROJECTIONS)} "
-                 "(wq/wk/wv/wo/wg/wu/wd{layer}: {key: \"...\", shape: [...]})")
+        text = float8_yaml(f.read(), layout)
     with open(out, "w") as f:
         f.write(text)
     return out
